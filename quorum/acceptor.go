@@ -1,0 +1,436 @@
+package quorum
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// AcceptorConfig configures an Acceptor.
+type AcceptorConfig struct {
+	// ID is this node's name. Required.
+	ID NodeID
+	// Incarnation identifies this start of the node; a new value on every
+	// start (the mesh uses the wall clock in nanoseconds). Required, non-zero.
+	Incarnation uint64
+	// Membership is the voter configuration. ID must be one of its voters.
+	Membership Membership
+	// Clock is this node's clock. Required.
+	Clock Clock
+	// MaxTTL is the longest exclusion (Value.TTL) the acceptor agrees to
+	// hold. Required, > 0.
+	MaxTTL time.Duration
+	// Quarantine is how long after its start the acceptor refuses to vote,
+	// measured on its own clock. It must cover every lease it may have
+	// accepted before it lost its memory: at least MaxTTL, which is at
+	// least D_P/γ for the longest lease (see lease.Timing.Quarantine).
+	Quarantine time.Duration
+	// CatchUpBuckets is how many pieces a catch-up transfer is cut into, so
+	// that no single message carries the whole key space. Zero means 16.
+	CatchUpBuckets uint32
+	// RetryInterval is how long the acceptor waits for a catch-up answer
+	// before asking again. Zero means 100ms.
+	RetryInterval time.Duration
+	// HandoffGrace is how long a waiter told that a key is free has to take
+	// it before the next waiter in line is told. Zero means 100ms.
+	HandoffGrace time.Duration
+}
+
+func (c *AcceptorConfig) validate() error {
+	switch {
+	case c.ID == "":
+		return fmt.Errorf("%w: acceptor has no ID", ErrBadConfig)
+	case c.Incarnation == 0:
+		return fmt.Errorf("%w: acceptor %s has incarnation 0", ErrBadConfig, c.ID)
+	case c.Clock == nil:
+		return fmt.Errorf("%w: acceptor %s has no clock", ErrBadConfig, c.ID)
+	case c.MaxTTL <= 0:
+		return fmt.Errorf("%w: acceptor %s: MaxTTL %v must be positive", ErrBadConfig, c.ID, c.MaxTTL)
+	case c.Quarantine < c.MaxTTL:
+		return fmt.Errorf("%w: acceptor %s: quarantine %v is shorter than the longest lease %v it may have accepted",
+			ErrBadConfig, c.ID, c.Quarantine, c.MaxTTL)
+	}
+	if err := c.Membership.Validate(); err != nil {
+		return err
+	}
+	if !c.Membership.IsVoter(c.ID) {
+		return fmt.Errorf("%w: acceptor %s is not a voter of configuration %d", ErrBadConfig, c.ID, c.Membership.ID)
+	}
+	return nil
+}
+
+// AcceptorState says whether an acceptor votes.
+type AcceptorState uint8
+
+const (
+	// Quarantined: restarted without state, waiting out every lease it may
+	// have accepted in its earlier life.
+	Quarantined AcceptorState = iota
+	// CatchingUp: learning promises, values and epochs from other voters.
+	CatchingUp
+	// Live: voting.
+	Live
+)
+
+func (s AcceptorState) String() string {
+	switch s {
+	case Quarantined:
+		return "quarantined"
+	case CatchingUp:
+		return "catching up"
+	case Live:
+		return "live"
+	}
+	return "state?"
+}
+
+// register is one key as an acceptor keeps it.
+type register struct {
+	promise  Ballot
+	accepted Ballot
+	value    Value
+	maxEpoch uint64
+	// until is when this acceptor's exclusion timer for value's grant
+	// runs out, on its own clock; hasTimer is false when value is free, or
+	// a grant this acceptor only learned by a write-back (see Value).
+	until    time.Duration
+	hasTimer bool
+	watchers []NodeID
+	// handedTo is the watcher last told the key is free, until it acts on
+	// it (sends a prepare); while it has not, the next one may be told.
+	// Until handedUntil, a new grant to anyone else is refused here, so
+	// that the releasing node (or any other) cannot barge in ahead of the
+	// waiters: waiters are served in turn.
+	handedTo    NodeID
+	handedUntil time.Duration
+}
+
+// remaining is how long the exclusion timer still runs at now.
+func (r *register) remaining(now time.Duration) time.Duration {
+	if !r.hasTimer || !r.value.Held {
+		return 0
+	}
+	if left := r.until - now; left > 0 {
+		return left
+	}
+	return 0
+}
+
+// Acceptor is one voter's half of the protocol: it promises ballots, accepts
+// values and runs exclusion timers, for every key. It is a state machine with
+// no goroutines: HandleRequest answers messages, Tick advances timers, Ready
+// hands out what it wants sent. It is not safe for concurrent use.
+//
+// An Acceptor always starts as if it had lost its memory: Quarantined for
+// AcceptorConfig.Quarantine, then CatchingUp from the other voters, then
+// Live. See the package documentation for why both steps are needed.
+type Acceptor struct {
+	cfg   AcceptorConfig
+	m     Membership
+	clock Clock
+
+	state     AcceptorState
+	startedAt time.Duration
+	regs      map[string]*register
+
+	expiries expiryHeap
+	notify   map[NodeID][]string
+
+	catchUp *catchUp
+	// floorOnly is set when a majority of voters had lost their state at
+	// once, so that the acceptor went live without a majority to catch up
+	// from; epochs then rest on the wall-clock floor alone.
+	floorOnly bool
+
+	stats  AcceptorStats
+	faults acceptorFaults
+}
+
+// acceptorFaults break the protocol on purpose. Only tests set them, to show
+// that the simulator's checkers catch the bug; they are all off otherwise.
+type acceptorFaults struct {
+	skipQuarantine bool
+}
+
+// AcceptorStats counts what an acceptor did.
+type AcceptorStats struct {
+	Prepares, Accepts, Refused, WrongConfig, Notifies uint64
+}
+
+// NewAcceptor returns an acceptor that starts Quarantined.
+func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.CatchUpBuckets == 0 {
+		cfg.CatchUpBuckets = 16
+	}
+	if cfg.RetryInterval <= 0 {
+		cfg.RetryInterval = 100 * time.Millisecond
+	}
+	if cfg.HandoffGrace <= 0 {
+		cfg.HandoffGrace = 100 * time.Millisecond
+	}
+	a := &Acceptor{
+		cfg:       cfg,
+		m:         cfg.Membership,
+		clock:     cfg.Clock,
+		state:     Quarantined,
+		startedAt: cfg.Clock.Now(),
+		regs:      make(map[string]*register),
+		notify:    make(map[NodeID][]string),
+	}
+	return a, nil
+}
+
+// State reports whether the acceptor votes yet.
+func (a *Acceptor) State() AcceptorState { return a.state }
+
+// FloorOnly reports whether the acceptor went live after a majority of
+// voters had lost their state together; tokens then rest on the wall clock.
+func (a *Acceptor) FloorOnly() bool { return a.floorOnly }
+
+// Stats returns counters of what the acceptor did.
+func (a *Acceptor) Stats() AcceptorStats { return a.stats }
+
+// Keys is the number of registers the acceptor keeps.
+func (a *Acceptor) Keys() int { return len(a.regs) }
+
+// Membership is the acceptor's voter configuration.
+func (a *Acceptor) Membership() Membership { return a.m }
+
+// HandleRequest answers a batch of operations. It never fails: a message of
+// another configuration, or one that arrives while the acceptor does not
+// vote, gets a Status saying so, and each malformed operation is refused on
+// its own.
+func (a *Acceptor) HandleRequest(req *Request) *Response {
+	resp := &Response{Config: a.m.ID, From: a.cfg.ID, Inc: a.cfg.Incarnation}
+	if req.Config != a.m.ID {
+		a.stats.WrongConfig++
+		resp.Status = StatusWrongConfig
+		return resp
+	}
+	a.maybeEndQuarantine()
+	if a.state != Live {
+		// Refuse each operation, so that the proposer counts this voter
+		// out at once instead of waiting for it.
+		resp.Status = StatusRecovering
+		resp.Results = make([]Result, len(req.Ops))
+		for i := range req.Ops {
+			resp.Results[i] = Result{ID: req.Ops[i].ID, Reason: ReasonNoVote}
+		}
+		return resp
+	}
+	now := a.clock.Now()
+	resp.Results = make([]Result, len(req.Ops))
+	for i := range req.Ops {
+		op := &req.Ops[i]
+		switch op.Kind {
+		case OpPrepare:
+			resp.Results[i] = a.handlePrepare(req.From, op, now)
+		case OpAccept:
+			resp.Results[i] = a.handleAccept(op, now)
+		case OpPeek:
+			resp.Results[i] = a.handlePeek(op, now)
+		default:
+			resp.Results[i] = Result{ID: op.ID, Reason: ReasonInvalid}
+			a.stats.Refused++
+		}
+	}
+	return resp
+}
+
+func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result {
+	a.stats.Prepares++
+	if op.Key == "" || op.Ballot.IsZero() {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	r := a.register(op.Key)
+	left := r.remaining(now)
+	if r.handedTo != "" && r.handedTo == op.Ballot.Node {
+		r.handedTo = "" // the waiter told of the free key came for it
+	}
+	if op.Ballot.Less(r.promise) {
+		// Refused, but say what is here: a proposer that only needs to
+		// learn that the key is held (or what a majority accepted) can
+		// stop without winning a ballot.
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+	}
+	if op.IfFree && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
+		if op.Watch && from != "" {
+			a.watch(op.Key, r, from, now, left)
+		}
+		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+	}
+	// A prepare equal to the promise comes from the ballot's own proposer
+	// (ballots are unique to one proposer): a duplicate, or the prepare of a
+	// ballot promised through an accept's Next. Answering it again is safe.
+	r.promise = op.Ballot
+	if op.Watch && from != "" {
+		a.watch(op.Key, r, from, now, left)
+	}
+	return Result{
+		ID:        op.ID,
+		OK:        true,
+		Promised:  r.promise,
+		Accepted:  r.accepted,
+		Value:     r.value,
+		Remaining: left,
+		MaxEpoch:  r.maxEpoch,
+	}
+}
+
+func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
+	if op.Key == "" {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	r := a.regs[op.Key]
+	if r == nil {
+		return Result{ID: op.ID, OK: true}
+	}
+	return Result{ID: op.ID, OK: true, Promised: r.promise, Accepted: r.accepted,
+		Value: r.value, Remaining: r.remaining(now), MaxEpoch: r.maxEpoch}
+}
+
+func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
+	a.stats.Accepts++
+	v := op.Value
+	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	if op.Inc != a.cfg.Incarnation {
+		// The proposer heard a promise from an earlier life of this node;
+		// that promise is forgotten, so the accept must not count.
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonIncarnation}
+	}
+	r := a.register(op.Key)
+	if op.Ballot.Less(r.promise) {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise, MaxEpoch: r.maxEpoch}
+	}
+	if v.Held && v.Lease == op.Ballot && !r.value.sameGrant(v) && r.handedTo != "" && r.handedTo != v.Holder && now < r.handedUntil {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise, MaxEpoch: r.maxEpoch}
+	}
+	// The timer belongs to a grant (holder and epoch), not to a write.
+	same := r.hasTimer && r.value.sameGrant(v)
+	switch {
+	case same && r.accepted == op.Ballot:
+		// A duplicate of an accept already taken: the timer stands as it
+		// started.
+	case v.Held && v.Lease == op.Ballot:
+		// The write that starts a lease period (a grant or a renewal)
+		// runs the timer for TTL from now; a renewal never shortens it.
+		end := now + v.TTL
+		if !same || end > r.until {
+			r.until = end
+		}
+		r.hasTimer = true
+	case same:
+		// A write-back of the grant this acceptor already times (perhaps
+		// of a later renewal it missed): keep the timer. Dropping it would
+		// leave the grant's accept majority one timer short.
+	default:
+		// Free, or a grant this acceptor never accepted fresh. (A grant
+		// of a later epoch is chosen only once no earlier lease is live,
+		// so no live lease loses its protection here.)
+		r.hasTimer = false
+	}
+	r.accepted = op.Ballot
+	r.value = v
+	r.promise = maxBallot(op.Ballot, op.Next)
+	if v.Epoch > r.maxEpoch {
+		r.maxEpoch = v.Epoch
+	}
+	if len(r.watchers) > 0 && !v.Held {
+		a.wake(op.Key, r, now)
+	}
+	return Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
+}
+
+func (a *Acceptor) register(key string) *register {
+	r := a.regs[key]
+	if r == nil {
+		r = &register{}
+		a.regs[key] = r
+	}
+	return r
+}
+
+// Tick advances the acceptor's timers: the end of quarantine, catch-up
+// retries, and the expiry of leases that someone watches.
+func (a *Acceptor) Tick() {
+	a.maybeEndQuarantine()
+	if a.state == CatchingUp {
+		a.catchUp.tick(a.clock.Now(), a.cfg.RetryInterval)
+	}
+	a.expire(a.clock.Now())
+}
+
+// NextTick is the earliest time at which Tick has work, or false when it has
+// none until a message arrives.
+func (a *Acceptor) NextTick() (time.Duration, bool) {
+	var at time.Duration
+	ok := false
+	set := func(t time.Duration) {
+		if !ok || t < at {
+			at, ok = t, true
+		}
+	}
+	switch a.state {
+	case Quarantined:
+		set(a.startedAt + a.cfg.Quarantine)
+	case CatchingUp:
+		if t, has := a.catchUp.next(a.cfg.RetryInterval); has {
+			set(t)
+		}
+	}
+	if len(a.expiries) > 0 {
+		set(a.expiries[0].at)
+	}
+	return at, ok
+}
+
+// AcceptorReady is what an acceptor wants sent.
+type AcceptorReady struct {
+	Notifies []Notify
+	CatchUps []CatchUpRequest
+}
+
+// Ready hands out the messages the acceptor wants sent and forgets them.
+func (a *Acceptor) Ready() AcceptorReady {
+	var rd AcceptorReady
+	if len(a.notify) > 0 {
+		// Sorted, so that a simulation replays the same sends.
+		to := make([]NodeID, 0, len(a.notify))
+		for id := range a.notify {
+			to = append(to, id)
+		}
+		slices.Sort(to)
+		for _, id := range to {
+			a.flushNotify(&rd, id)
+		}
+	}
+	if a.catchUp != nil && len(a.catchUp.outbox) > 0 {
+		rd.CatchUps = a.catchUp.outbox
+		a.catchUp.outbox = nil
+	}
+	return rd
+}
+
+func (a *Acceptor) flushNotify(rd *AcceptorReady, to NodeID) {
+	keys, ok := a.notify[to]
+	if !ok {
+		return
+	}
+	delete(a.notify, to)
+	a.stats.Notifies++
+	rd.Notifies = append(rd.Notifies, Notify{Config: a.m.ID, From: a.cfg.ID, To: to, Keys: keys})
+}

@@ -1,0 +1,204 @@
+package quorum
+
+import (
+	"time"
+)
+
+// An acceptor forgets everything when its process ends. Coming back, it must
+// not vote as if it remembered (see the package documentation):
+//
+//  1. Quarantine: it answers nothing until every lease it may have accepted
+//     before has ended, measured on its own clock.
+//  2. Catch-up: it asks every other voter for its registers, bucket by
+//     bucket, and keeps for each key the highest promise, the value of the
+//     highest accepted ballot and the highest epoch. It goes live once a
+//     majority of the configuration (counting others only) has answered in
+//     full: every accept majority of its earlier life, less itself, meets
+//     that set, so nothing it had accepted is lost.
+//
+// If so many voters are recovering at once that no such set exists, the state
+// of a majority is gone for good; the acceptor then goes live on what it
+// could learn, and epochs rest on the wall-clock floor (FloorOnly).
+
+// catchUp tracks a recovering acceptor's transfer from each other voter.
+type catchUp struct {
+	buckets uint32
+	peers   []*peerCatchUp
+	outbox  []CatchUpRequest
+	req     CatchUpRequest // template
+}
+
+type peerCatchUp struct {
+	id         NodeID
+	next       uint32 // next bucket to ask for
+	done       bool   // every bucket merged
+	recovering bool   // said it is recovering too
+	askedAt    time.Duration
+	asked      bool
+}
+
+func (a *Acceptor) maybeEndQuarantine() {
+	if a.state != Quarantined {
+		return
+	}
+	now := a.clock.Now()
+	if !a.faults.skipQuarantine && now < a.startedAt+a.cfg.Quarantine {
+		return
+	}
+	a.state = CatchingUp
+	a.catchUp = &catchUp{
+		buckets: a.cfg.CatchUpBuckets,
+		req:     CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets},
+	}
+	for _, v := range a.m.Voters {
+		if v != a.cfg.ID {
+			p := &peerCatchUp{id: v}
+			a.catchUp.peers = append(a.catchUp.peers, p)
+			a.catchUp.ask(p, now)
+		}
+	}
+	a.maybeGoLive()
+}
+
+func (c *catchUp) ask(p *peerCatchUp, now time.Duration) {
+	r := c.req
+	r.To, r.Bucket = p.id, p.next
+	c.outbox = append(c.outbox, r)
+	p.asked, p.askedAt = true, now
+}
+
+// tick asks again every peer that has not answered within retry.
+func (c *catchUp) tick(now, retry time.Duration) {
+	for _, p := range c.peers {
+		if !p.done && (!p.asked || now-p.askedAt >= retry) {
+			c.ask(p, now)
+		}
+	}
+}
+
+func (c *catchUp) next(retry time.Duration) (time.Duration, bool) {
+	var at time.Duration
+	ok := false
+	for _, p := range c.peers {
+		if !p.done && p.asked && (!ok || p.askedAt+retry < at) {
+			at, ok = p.askedAt+retry, true
+		}
+	}
+	return at, ok
+}
+
+// HandleCatchUp answers another voter's catch-up request with one bucket of
+// this acceptor's registers. Only a live acceptor answers with data.
+func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
+	resp := &CatchUpResponse{Config: a.m.ID, From: a.cfg.ID, To: req.From, Inc: a.cfg.Incarnation, Bucket: req.Bucket}
+	if req.Config != a.m.ID {
+		a.stats.WrongConfig++
+		resp.Status = StatusWrongConfig
+		return resp
+	}
+	a.maybeEndQuarantine()
+	if a.state != Live {
+		resp.Status = StatusRecovering
+		return resp
+	}
+	if req.Buckets == 0 || req.Bucket >= req.Buckets {
+		resp.Status = StatusOK
+		return resp
+	}
+	for key, r := range a.regs {
+		if bucketOf(key, req.Buckets) != req.Bucket {
+			continue
+		}
+		resp.Entries = append(resp.Entries, Entry{
+			Key: key, Promise: r.promise, Accepted: r.accepted, Value: r.value, MaxEpoch: r.maxEpoch,
+		})
+	}
+	return resp
+}
+
+// HandleCatchUpResponse merges one bucket from another voter.
+func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
+	if a.state != CatchingUp || resp.Config != a.m.ID {
+		return
+	}
+	var p *peerCatchUp
+	for _, q := range a.catchUp.peers {
+		if q.id == resp.From {
+			p = q
+		}
+	}
+	if p == nil || p.done {
+		return
+	}
+	switch resp.Status {
+	case StatusRecovering:
+		p.recovering = true
+		a.maybeGoLive()
+		return
+	case StatusOK:
+	default:
+		return
+	}
+	if resp.Bucket != p.next {
+		return // an answer to an earlier, repeated question
+	}
+	p.recovering = false
+	for i := range resp.Entries {
+		a.merge(&resp.Entries[i])
+	}
+	p.next++
+	if p.next >= a.catchUp.buckets {
+		p.done = true
+		a.maybeGoLive()
+		return
+	}
+	a.catchUp.ask(p, a.clock.Now())
+}
+
+func (a *Acceptor) merge(e *Entry) {
+	if e.Key == "" {
+		return
+	}
+	r := a.register(e.Key)
+	if r.promise.Less(e.Promise) {
+		r.promise = e.Promise
+	}
+	if r.accepted.Less(e.Accepted) {
+		// Learned, not accepted here: no exclusion timer. Any lease this
+		// value started runs its timers at the voters that accepted it.
+		r.accepted, r.value, r.hasTimer = e.Accepted, e.Value, false
+	}
+	r.maxEpoch = max(r.maxEpoch, e.MaxEpoch, e.Value.Epoch)
+}
+
+func (a *Acceptor) maybeGoLive() {
+	done, recovering := 0, 1 // this acceptor is recovering too
+	for _, p := range a.catchUp.peers {
+		switch {
+		case p.done:
+			done++
+		case p.recovering:
+			recovering++
+		}
+	}
+	need := a.m.Majority()
+	switch {
+	case done >= need:
+	case recovering >= need:
+		a.floorOnly = true
+	default:
+		return
+	}
+	a.state = Live
+	a.catchUp = nil
+}
+
+// bucketOf spreads keys over n buckets (FNV-1a).
+func bucketOf(key string, n uint32) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(key); i++ {
+		h ^= uint32(key[i])
+		h *= 16777619
+	}
+	return h % n
+}

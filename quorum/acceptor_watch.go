@@ -1,0 +1,91 @@
+package quorum
+
+import (
+	"container/heap"
+	"slices"
+	"time"
+)
+
+// maxWatchers bounds the waiters one register remembers. Waiters that do not
+// fit still wake up: they also retry when the lease they saw should end.
+const maxWatchers = 64
+
+// watch remembers that from waits for key to stop being held, and arranges
+// to notice the expiry of the live lease it waits on.
+func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Duration) {
+	if !slices.Contains(r.watchers, from) && len(r.watchers) < maxWatchers {
+		r.watchers = append(r.watchers, from)
+	}
+	// Only a change here wakes the watcher: the expiry of the timer running
+	// now, or the acceptance of a free value. Without a live timer here the
+	// key may still be held (live at other voters); waking the watcher at
+	// once would have it spin.
+	if left > 0 {
+		heap.Push(&a.expiries, expiry{at: now + left, key: key})
+	}
+}
+
+// wake hands key to the first watcher in line: it alone is told that the
+// key is free, so that waiters take turns instead of all rushing at the key
+// and fighting over ballots. If the key is still not held here a hand-off
+// grace later (that waiter gave up, died, or lost), the next one is told.
+func (a *Acceptor) wake(key string, r *register, now time.Duration) {
+	if len(r.watchers) == 0 {
+		return
+	}
+	w := r.watchers[0]
+	r.watchers = append(r.watchers[:0], r.watchers[1:]...)
+	a.notify[w] = append(a.notify[w], key)
+	r.handedTo, r.handedUntil = w, now+a.cfg.HandoffGrace
+	if len(r.watchers) > 0 {
+		heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
+	}
+}
+
+// expire wakes the next watcher of every watched key whose lease has run out
+// here (or whose previous hand-off came to nothing). A lease renewed or
+// granted in the meantime is looked at again when its timer ends.
+func (a *Acceptor) expire(now time.Duration) {
+	for len(a.expiries) > 0 && a.expiries[0].at <= now {
+		e := heap.Pop(&a.expiries).(expiry)
+		r := a.regs[e.key]
+		if r == nil || len(r.watchers) == 0 {
+			continue
+		}
+		if left := r.remaining(now); left > 0 {
+			heap.Push(&a.expiries, expiry{at: now + left, key: e.key})
+			continue
+		}
+		if e.handoff && r.handedTo == "" {
+			// The waiter told last came for the key; whatever came of it,
+			// the next waiter is told at the next release or expiry.
+			continue
+		}
+		a.wake(e.key, r, now)
+	}
+}
+
+type expiry struct {
+	at      time.Duration
+	key     string
+	handoff bool // a hand-off's grace, not a lease's end
+}
+
+// expiryHeap orders watched leases by the time their timer ends.
+type expiryHeap []expiry
+
+func (h expiryHeap) Len() int { return len(h) }
+func (h expiryHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].key < h[j].key
+}
+func (h expiryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *expiryHeap) Push(x any)   { *h = append(*h, x.(expiry)) }
+func (h *expiryHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,184 @@
+package quorum
+
+import "time"
+
+// OpKind says what a ballot operation asks of an acceptor.
+type OpKind uint8
+
+const (
+	// OpPrepare asks the acceptor to promise Ballot and to report what it
+	// has accepted for the key.
+	OpPrepare OpKind = 1
+	// OpAccept asks the acceptor to accept Value at Ballot and, when Next is
+	// set, to promise Next at the same moment (the 1-RTT fast path).
+	OpAccept OpKind = 2
+	// OpPeek asks what the acceptor holds for the key, promising nothing.
+	// A read whose peek finds a majority agreeing on one accepted ballot is
+	// done without disturbing anyone's ballots.
+	OpPeek OpKind = 3
+)
+
+func (k OpKind) String() string {
+	switch k {
+	case OpPrepare:
+		return "prepare"
+	case OpAccept:
+		return "accept"
+	case OpPeek:
+		return "peek"
+	}
+	return "op?"
+}
+
+// Op is one ballot operation on one key. A Request carries many.
+type Op struct {
+	// ID is chosen by the proposer and echoed in the Result.
+	ID   uint64 `codec:"id"`
+	Kind OpKind `codec:"k"`
+	Key  string `codec:"key"`
+	// Ballot is the ballot of the prepare or accept.
+	Ballot Ballot `codec:"b"`
+	// Inc, on an accept, is the acceptor incarnation the proposer heard from.
+	// An acceptor that restarted since refuses the accept: its promises died
+	// with its memory.
+	Inc uint64 `codec:"inc,omitempty"`
+	// Value is the value to accept.
+	Value Value `codec:"v,omitempty"`
+	// Next, on an accept, is the ballot the acceptor promises as it accepts.
+	Next Ballot `codec:"nb,omitempty"`
+	// Watch, on a prepare, asks the acceptor to send a Notify when the key
+	// next stops being held by a live lease.
+	Watch bool `codec:"w,omitempty"`
+	// IfFree, on a prepare, asks the acceptor not to promise while a live
+	// lease of another holder runs here: an acquire that will only find the
+	// key locked should not cost the holder its promised ballot (and so its
+	// one-round-trip renewals and release).
+	IfFree bool `codec:"if,omitempty"`
+}
+
+// Request is a batch of operations from one proposer to one acceptor. A
+// proposer sends at most one per acceptor per step, whatever the number of
+// keys, so renewing ten thousand leases costs one message per voter.
+type Request struct {
+	Config uint64 `codec:"cfg"`
+	From   NodeID `codec:"f"`
+	To     NodeID `codec:"to"`
+	Ops    []Op   `codec:"ops"`
+}
+
+// Status is an acceptor's verdict on a whole message.
+type Status uint8
+
+const (
+	// StatusOK: the operations were handled; see each Result.
+	StatusOK Status = 0
+	// StatusWrongConfig: the message was of another voter configuration;
+	// Response.Config is the acceptor's.
+	StatusWrongConfig Status = 1
+	// StatusRecovering: the acceptor restarted without its state and is in
+	// quarantine or catching up; it votes on nothing yet.
+	StatusRecovering Status = 2
+	// StatusNotVoter: the addressee is not a voter of the configuration.
+	StatusNotVoter Status = 3
+)
+
+func (s Status) String() string {
+	switch s {
+	case StatusOK:
+		return "ok"
+	case StatusWrongConfig:
+		return "wrong configuration"
+	case StatusRecovering:
+		return "recovering"
+	case StatusNotVoter:
+		return "not a voter"
+	}
+	return "status?"
+}
+
+// Reason says why an acceptor refused one operation.
+type Reason uint8
+
+const (
+	ReasonNone Reason = iota
+	// ReasonPromised: a higher ballot was promised; Result.Promised names it.
+	ReasonPromised
+	// ReasonIncarnation: the accept was addressed to an earlier incarnation.
+	ReasonIncarnation
+	// ReasonInvalid: the operation itself was malformed.
+	ReasonInvalid
+	// ReasonHeld: an IfFree prepare found a live lease of another holder;
+	// nothing was promised.
+	ReasonHeld
+	// ReasonHandoff: a new grant was refused because the key was just
+	// handed to the next waiter in line.
+	ReasonHandoff
+	// ReasonNoVote: the acceptor votes on nothing now (see Status).
+	ReasonNoVote
+)
+
+// Response answers a Request, operation by operation.
+type Response struct {
+	Config  uint64   `codec:"cfg"`
+	From    NodeID   `codec:"f"`
+	Inc     uint64   `codec:"inc"`
+	Status  Status   `codec:"s,omitempty"`
+	Results []Result `codec:"r"`
+}
+
+// Result answers one Op.
+type Result struct {
+	ID     uint64 `codec:"id"`
+	OK     bool   `codec:"ok,omitempty"`
+	Reason Reason `codec:"why,omitempty"`
+	// Promised is the acceptor's promise after the operation.
+	Promised Ballot `codec:"p,omitempty"`
+	// Accepted and Value are what the acceptor holds (prepare only).
+	Accepted Ballot `codec:"a,omitempty"`
+	Value    Value  `codec:"v,omitempty"`
+	// Remaining is how long the acceptor's exclusion timer for Value still
+	// runs on its own clock; zero when the lease is not live there.
+	Remaining time.Duration `codec:"rem,omitempty"`
+	// MaxEpoch is the highest epoch the acceptor knows for the key.
+	MaxEpoch uint64 `codec:"me,omitempty"`
+}
+
+// Notify tells a proposer that keys it watches are no longer held by a live
+// lease at this acceptor. It is a hint that wakes waiters; it grants nothing.
+type Notify struct {
+	Config uint64   `codec:"cfg"`
+	From   NodeID   `codec:"f"`
+	To     NodeID   `codec:"to"`
+	Keys   []string `codec:"k"`
+}
+
+// CatchUpRequest asks a voter for its registers in one bucket of the key
+// space. An acceptor that restarted without state sends these after its
+// quarantine.
+type CatchUpRequest struct {
+	Config  uint64 `codec:"cfg"`
+	From    NodeID `codec:"f"`
+	To      NodeID `codec:"to"`
+	Bucket  uint32 `codec:"b"`
+	Buckets uint32 `codec:"n"`
+}
+
+// CatchUpResponse carries one bucket of a voter's registers.
+type CatchUpResponse struct {
+	Config  uint64  `codec:"cfg"`
+	From    NodeID  `codec:"f"`
+	To      NodeID  `codec:"to"`
+	Inc     uint64  `codec:"inc"`
+	Status  Status  `codec:"s,omitempty"`
+	Bucket  uint32  `codec:"b"`
+	Entries []Entry `codec:"e"`
+}
+
+// Entry is one register as a catch-up carries it.
+type Entry struct {
+	Key      string `codec:"k"`
+	Promise  Ballot `codec:"p,omitempty"`
+	Accepted Ballot `codec:"a,omitempty"`
+	Value    Value  `codec:"v,omitempty"`
+	MaxEpoch uint64 `codec:"me,omitempty"`
+}

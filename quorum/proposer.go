@@ -1,0 +1,612 @@
+package quorum
+
+import (
+	"container/heap"
+	"fmt"
+	"math/rand"
+	"slices"
+	"time"
+)
+
+// ProposerConfig configures a Proposer.
+type ProposerConfig struct {
+	// ID is this node's name. Required.
+	ID NodeID
+	// Incarnation identifies this start of the node; a new value on every
+	// start. It goes into every ballot and every grant, so nothing of an
+	// earlier life is mistaken for this one. Required, non-zero.
+	Incarnation uint64
+	// Membership is the voter configuration. The proposer need not be a
+	// voter.
+	Membership Membership
+	// Clock is this node's clock. Required.
+	Clock Clock
+	// Rand jitters retries. Required; seed it for reproducible runs.
+	Rand *rand.Rand
+	// RoundTimeout is how long a round (prepare or accept) waits for a
+	// majority before it is retried with a higher ballot. It also bounds
+	// how long after a round starts its accepts may be sent. Must be
+	// shorter than every lease's holder duration. Zero means 100ms.
+	RoundTimeout time.Duration
+	// Backoff is the base of the random delay before a round that lost a
+	// ballot race is retried; it doubles with each attempt up to 32×. Zero
+	// means RoundTimeout/20.
+	Backoff time.Duration
+	// Drift is ρ, the largest clock-rate error of any node (0.01 = 1%). It
+	// scales how long a waiter expects another node's timer to run.
+	Drift float64
+	// CleanupTimeout bounds the background work that frees a grant nobody
+	// holds (after a cancelled acquire, or an outcome that could not be
+	// learned). Zero means 20×RoundTimeout.
+	CleanupTimeout time.Duration
+	// MaxIdleKeys bounds how many keys this node keeps fast-path state for
+	// once it holds no lease on them. Zero means 4096.
+	MaxIdleKeys int
+}
+
+func (c *ProposerConfig) validate() error {
+	switch {
+	case c.ID == "":
+		return fmt.Errorf("%w: proposer has no ID", ErrBadConfig)
+	case c.Incarnation == 0:
+		return fmt.Errorf("%w: proposer %s has incarnation 0", ErrBadConfig, c.ID)
+	case c.Clock == nil:
+		return fmt.Errorf("%w: proposer %s has no clock", ErrBadConfig, c.ID)
+	case c.Rand == nil:
+		return fmt.Errorf("%w: proposer %s has no random source", ErrBadConfig, c.ID)
+	case c.RoundTimeout < 0 || c.Backoff < 0 || c.CleanupTimeout < 0:
+		return fmt.Errorf("%w: proposer %s has a negative duration", ErrBadConfig, c.ID)
+	case c.Drift < 0 || c.Drift >= 0.5 || c.Drift != c.Drift:
+		return fmt.Errorf("%w: proposer %s: drift %v outside [0, 0.5)", ErrBadConfig, c.ID, c.Drift)
+	}
+	return c.Membership.Validate()
+}
+
+// OpID names an operation of one proposer.
+type OpID uint64
+
+// AcquireOptions says how to take one lease.
+type AcquireOptions struct {
+	// TTL is D_A: how long each acceptor excludes other holders after it
+	// accepts this grant or a renewal of it, on its own clock.
+	TTL time.Duration
+	// HolderTTL is D_P: the holder's deadline is t0 + HolderTTL, t0 read
+	// before the round that wrote the grant began. It must be at most
+	// γ·TTL less a margin (lease.Timing.HolderTTL computes it).
+	HolderTTL time.Duration
+	// RenewEvery is how often the lease is renewed.
+	RenewEvery time.Duration
+	// Notice is how long before its deadline a lease whose renewal has not
+	// succeeded is reported lost.
+	Notice time.Duration
+	// Wait keeps trying while another node holds the key: the acceptors
+	// notify this node when the key frees, and it retries at once.
+	Wait bool
+	// Deadline (on this node's clock) is when to give up; zero means one
+	// attempt's worth of rounds (for TryAcquire).
+	Deadline time.Duration
+}
+
+func (o *AcquireOptions) validate(roundTimeout time.Duration) error {
+	switch {
+	case o.TTL <= 0 || o.HolderTTL <= 0:
+		return fmt.Errorf("%w: TTL %v and holder TTL %v must be positive", ErrBadOptions, o.TTL, o.HolderTTL)
+	case o.HolderTTL >= o.TTL:
+		return fmt.Errorf("%w: holder TTL %v must be shorter than TTL %v", ErrBadOptions, o.HolderTTL, o.TTL)
+	case o.Notice < 0 || o.Notice >= o.HolderTTL:
+		return fmt.Errorf("%w: notice %v must be in [0, holder TTL %v)", ErrBadOptions, o.Notice, o.HolderTTL)
+	case o.RenewEvery <= 0 || o.RenewEvery >= o.HolderTTL-o.Notice:
+		return fmt.Errorf("%w: renew interval %v must be positive and below holder TTL less notice (%v)",
+			ErrBadOptions, o.RenewEvery, o.HolderTTL-o.Notice)
+	case roundTimeout >= o.HolderTTL-o.Notice:
+		return fmt.Errorf("%w: round timeout %v leaves no time to use a lease of %v (notice %v)",
+			ErrBadOptions, roundTimeout, o.HolderTTL, o.Notice)
+	}
+	return nil
+}
+
+// Outcome is how an operation ended.
+type Outcome uint8
+
+const (
+	// Granted: an acquire took the key; Epoch and Deadline describe it.
+	Granted Outcome = iota + 1
+	// Locked: the key is held by a live lease of Holder (epoch Epoch). An
+	// empty Holder means the key is being fought over by other proposers
+	// and none had won yet when the operation gave up.
+	Locked
+	// NoQuorum: no majority answered in time. When Unknown is set, a write
+	// may have reached some acceptors; the proposer cleans it up.
+	NoQuorum
+	// Released: the release freed the key.
+	Released
+	// NotHeld: the release found the lease already ended.
+	NotHeld
+	// ReadDone: a read finished; Value and Live describe the key.
+	ReadDone
+	// Cancelled: the operation was cancelled and left nothing behind.
+	Cancelled
+)
+
+var outcomeNames = [...]string{"?", "granted", "locked", "no quorum", "released", "not held", "read", "cancelled"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "?"
+}
+
+// OpResult reports how one operation ended.
+type OpResult struct {
+	ID      OpID
+	Key     string
+	Outcome Outcome
+	// Epoch is the fencing token granted (Granted), held by another
+	// (Locked), released (Released/NotHeld), or read (ReadDone).
+	Epoch uint64
+	// Deadline is the holder's deadline on this node's clock (Granted).
+	Deadline time.Duration
+	// Holder and HolderInc name the holder (Locked, ReadDone).
+	Holder    NodeID
+	HolderInc uint64
+	// Remaining is the longest time an acceptor said the holder's lease
+	// still runs (Locked), on that acceptor's clock.
+	Remaining time.Duration
+	// Value is the register's value (ReadDone); Live says whether a lease
+	// of it was running at an acceptor of the read's majority.
+	Value Value
+	Live  bool
+	// Unknown: the operation gave up after some of its writes may have
+	// been accepted (NoQuorum, Cancelled).
+	Unknown bool
+	// Quorum lists the distinct acceptors whose votes decided the outcome,
+	// and Ballot the ballot they voted on.
+	Quorum []NodeID
+	Ballot Ballot
+	// Started is when the operation began, on this node's clock, and
+	// RoundStarted when the part of it that took effect began: the first
+	// round that sent the value granted or released, or the last round of
+	// an operation that wrote nothing. (Writes of rounds whose end it never
+	// learned are in Attempted.)
+	Started      time.Duration
+	RoundStarted time.Duration
+	// Internal marks the proposer's own background work (freeing a grant
+	// no lease of this node stands for); its ID matches no call.
+	Internal bool
+	// Attempted lists every epoch an acquire proposed (or a release or
+	// cleanup freed), in order. A history checker needs it: a round whose outcome was never
+	// learned may still have been chosen, and seen by others, before the
+	// operation ended another way.
+	Attempted []uint64
+}
+
+// LeaseEvent reports a change to a lease this node holds.
+type LeaseEvent struct {
+	Key   string
+	Epoch uint64
+	// Deadline is the lease's new deadline (renewed) or the last one it had
+	// (lost), on this node's clock.
+	Deadline time.Duration
+	// Lost is set when the lease ended without a release; Reason says why.
+	Lost   bool
+	Reason LostReason
+}
+
+// LostReason says why a lease was lost.
+type LostReason uint8
+
+const (
+	// LostNoQuorum: renewal found no majority before the notice time.
+	LostNoQuorum LostReason = iota + 1
+	// LostTaken: renewal found the key no longer granted to this lease.
+	LostTaken
+)
+
+func (r LostReason) String() string {
+	switch r {
+	case LostNoQuorum:
+		return "renewal found no quorum"
+	case LostTaken:
+		return "lease was taken over"
+	}
+	return ""
+}
+
+// Ready is what a proposer wants done: requests to send (at most one per
+// acceptor), operations that ended, and lease changes.
+type Ready struct {
+	Requests []Request
+	Results  []OpResult
+	Leases   []LeaseEvent
+}
+
+// Proposer is one node's client half of the protocol: it runs acquires,
+// renewals, releases and reads as rounds of prepare and accept, holds this
+// node's leases, renews them all in one batch per voter, and reports loss
+// before a deadline passes. It is a state machine with no goroutines: calls
+// start operations, Step and HandleNotify take messages, Tick advances
+// timers, Ready hands out what to send and what happened. It is not safe for
+// concurrent use.
+type Proposer struct {
+	cfg   ProposerConfig
+	m     Membership
+	clock Clock
+	rand  *rand.Rand
+
+	keys   map[string]*keyState
+	rounds map[uint64]*op // by wire id of the round in flight
+	ops    map[OpID]*op
+	held   []*keyState       // keys with a lease, in a reproducible order
+	incs   map[NodeID]uint64 // latest incarnation heard from each acceptor
+	timers timerHeap
+	idle   []*keyState // keys with fast-path state and nothing else, oldest first
+
+	nextOp  OpID
+	nextRID uint64
+	out     []Request // per voter index
+	results []OpResult
+	events  []LeaseEvent
+
+	stats  ProposerStats
+	faults proposerFaults
+}
+
+// proposerFaults break the protocol on purpose. Only tests set them, to show
+// that the simulator's checkers catch each bug; all are off otherwise.
+type proposerFaults struct {
+	countMessages bool            // count replies by message, not by acceptor
+	clockAtGrant  bool            // read the holder's t0 when the grant is confirmed
+	aliveMajority func() []NodeID // take a majority of these instead of the configuration
+	noEpochFloor  bool            // next epoch = highest seen + 1, without the wall-clock floor
+}
+
+// ProposerStats counts what a proposer did.
+type ProposerStats struct {
+	Rounds, FastRounds, Conflicts, Timeouts, Granted, Renewed, Lost uint64
+}
+
+// NewProposer returns a proposer holding no leases.
+func NewProposer(cfg ProposerConfig) (*Proposer, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.RoundTimeout == 0 {
+		cfg.RoundTimeout = 100 * time.Millisecond
+	}
+	if cfg.Backoff == 0 {
+		cfg.Backoff = cfg.RoundTimeout / 20
+	}
+	if cfg.CleanupTimeout == 0 {
+		cfg.CleanupTimeout = 20 * cfg.RoundTimeout
+	}
+	if cfg.MaxIdleKeys == 0 {
+		cfg.MaxIdleKeys = 4096
+	}
+	p := &Proposer{
+		cfg:    cfg,
+		m:      cfg.Membership,
+		clock:  cfg.Clock,
+		rand:   cfg.Rand,
+		keys:   make(map[string]*keyState),
+		rounds: make(map[uint64]*op),
+		ops:    make(map[OpID]*op),
+		incs:   make(map[NodeID]uint64),
+		out:    make([]Request, len(cfg.Membership.Voters)),
+	}
+	return p, nil
+}
+
+// Stats returns counters of what the proposer did.
+func (p *Proposer) Stats() ProposerStats { return p.stats }
+
+// Membership is the proposer's voter configuration.
+func (p *Proposer) Membership() Membership { return p.m }
+
+// Acquire starts taking key. The result comes through Ready: Granted,
+// Locked (only without Wait), NoQuorum or Cancelled.
+func (p *Proposer) Acquire(key string, o AcquireOptions) (OpID, error) {
+	if key == "" {
+		return 0, ErrBadKey
+	}
+	if err := o.validate(p.cfg.RoundTimeout); err != nil {
+		return 0, err
+	}
+	now := p.clock.Now()
+	if o.Deadline == 0 {
+		o.Deadline = now + 3*p.cfg.RoundTimeout
+	}
+	ks := p.key(key)
+	x := p.newOp(ks, kindAcquire, o.Deadline)
+	x.opts = o
+	if !o.Wait {
+		if p.localAcquire(ks) != nil {
+			// Another acquire of this node is ahead in line for the key: a
+			// try cannot take it now. (Who holds it is not known here.)
+			p.finish(x, OpResult{Outcome: Locked, RoundStarted: now})
+			return x.id, nil
+		}
+	}
+	p.enqueue(x, false)
+	return x.id, nil
+}
+
+// localAcquire returns an acquire of this node in progress on ks, if any.
+func (p *Proposer) localAcquire(ks *keyState) *op {
+	if a := ks.active; a != nil && a.kind == kindAcquire {
+		return a
+	}
+	for _, list := range [][]*op{ks.queue, ks.parked} {
+		for _, q := range list {
+			if q.kind == kindAcquire {
+				return q
+			}
+		}
+	}
+	return nil
+}
+
+// Release ends this node's lease on key with the given epoch and frees the
+// key. The lease ends locally at once (no renewal, no loss report), then the
+// result comes through Ready: Released, NotHeld or NoQuorum.
+func (p *Proposer) Release(key string, epoch uint64) (OpID, error) {
+	ks := p.keys[key]
+	if ks == nil || ks.lease == nil || ks.lease.epoch != epoch {
+		return 0, fmt.Errorf("%w: %q epoch %d", ErrNotHeld, key, epoch)
+	}
+	now := p.clock.Now()
+	ks.lastDeadline = now
+	p.dropLease(ks)
+	x := p.newOp(ks, kindRelease, now+p.cfg.CleanupTimeout)
+	x.epoch = epoch
+	p.enqueue(x, false)
+	return x.id, nil
+}
+
+// Read learns key's register by a majority round, linearizably. The result
+// comes through Ready: ReadDone or NoQuorum.
+func (p *Proposer) Read(key string, deadline time.Duration) (OpID, error) {
+	if key == "" {
+		return 0, ErrBadKey
+	}
+	if deadline == 0 {
+		deadline = p.clock.Now() + 3*p.cfg.RoundTimeout
+	}
+	ks := p.key(key)
+	x := p.newOp(ks, kindRead, deadline)
+	p.enqueue(x, false)
+	return x.id, nil
+}
+
+// Cancel stops an operation. An acquire that may already have been granted
+// is released in the background; its result is Cancelled either way.
+func (p *Proposer) Cancel(id OpID) {
+	x := p.ops[id]
+	if x == nil || x.kind != kindAcquire {
+		return
+	}
+	x.cancelled = true
+	switch x.phase {
+	case phaseQueued, phaseWaiting, phaseBackoff:
+		// Nothing of this attempt is in flight.
+		p.unpark(x)
+		p.removeQueued(x)
+		if x.phase == phaseBackoff && x.unknown {
+			p.spawnCleanup(x.ks, 0, x.attempted)
+		}
+		p.finish(x, OpResult{Outcome: Cancelled, Unknown: x.unknown})
+	}
+	// In a round: the round's end sees x.cancelled.
+}
+
+// Holds reports the lease this node holds on key, if any.
+func (p *Proposer) Holds(key string) (epoch uint64, deadline time.Duration, ok bool) {
+	ks := p.keys[key]
+	if ks == nil || ks.lease == nil {
+		return 0, 0, false
+	}
+	return ks.lease.epoch, ks.lease.deadline, true
+}
+
+// Leases is the number of leases this node holds.
+func (p *Proposer) Leases() int { return len(p.held) }
+
+// Ready hands out what the proposer wants sent and what happened, and
+// forgets it.
+func (p *Proposer) Ready() Ready {
+	var rd Ready
+	for i := range p.out {
+		if len(p.out[i].Ops) > 0 {
+			rd.Requests = append(rd.Requests, p.out[i])
+			p.out[i] = Request{}
+		}
+	}
+	rd.Results, p.results = p.results, nil
+	rd.Leases, p.events = p.events, nil
+	return rd
+}
+
+// HasReady reports whether Ready has anything.
+func (p *Proposer) HasReady() bool {
+	if len(p.results) > 0 || len(p.events) > 0 {
+		return true
+	}
+	for i := range p.out {
+		if len(p.out[i].Ops) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Tick runs every timer that is due: round timeouts, retries, renewals and
+// loss notices.
+func (p *Proposer) Tick() {
+	now := p.clock.Now()
+	for len(p.timers) > 0 && p.timers[0].at <= now {
+		t := heap.Pop(&p.timers).(timer)
+		t.fire(p, now)
+	}
+}
+
+// NextTick is the earliest time at which Tick has work.
+func (p *Proposer) NextTick() (time.Duration, bool) {
+	for len(p.timers) > 0 && p.timers[0].stale() {
+		heap.Pop(&p.timers)
+	}
+	if len(p.timers) == 0 {
+		return 0, false
+	}
+	return p.timers[0].at, true
+}
+
+// HandleNotify wakes the acquires waiting on the keys an acceptor says are
+// free.
+func (p *Proposer) HandleNotify(n *Notify) {
+	if n.Config != p.m.ID {
+		return
+	}
+	for _, k := range n.Keys {
+		if ks := p.keys[k]; ks != nil {
+			p.wakeParked(ks)
+		}
+	}
+}
+
+// attach makes ks the key's state again if it was forgotten meanwhile, or
+// returns the state that replaced it (carrying over what must not be lost).
+func (p *Proposer) attach(ks *keyState) *keyState {
+	cur := p.keys[ks.key]
+	switch {
+	case cur == nil:
+		p.keys[ks.key] = ks
+	case cur != ks:
+		cur.lastDeadline = max(cur.lastDeadline, ks.lastDeadline)
+		cur.counter = max(cur.counter, ks.counter)
+		ks = cur
+	}
+	ks.idle = false
+	return ks
+}
+
+func (p *Proposer) key(k string) *keyState {
+	ks := p.keys[k]
+	if ks == nil {
+		ks = &keyState{key: k}
+		p.keys[k] = ks
+	}
+	ks.idle = false
+	return ks
+}
+
+func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op {
+	ks = p.attach(ks)
+	p.nextOp++
+	x := &op{id: p.nextOp, kind: kind, ks: ks, deadline: deadline, started: p.clock.Now()}
+	p.ops[x.id] = x
+	return x
+}
+
+func (p *Proposer) finish(x *op, r OpResult) {
+	x.phase = phaseDone
+	x.timerGen++
+	delete(p.ops, x.id)
+	if x.rid != 0 {
+		delete(p.rounds, x.rid)
+		x.rid = 0
+	}
+	ks := x.ks
+	if ks.active == x {
+		ks.active = nil
+	}
+	if x.kind == kindAcquire && x.wrote && r.Outcome != Granted {
+		// A grant this acquire proposed may have been chosen (and may
+		// have expired since) without it ever learning so: the outcome
+		// is not known, whatever else was seen.
+		r.Unknown = true
+	}
+	if x.kind != kindRenew {
+		r.ID, r.Key, r.Started = x.id, ks.key, x.started
+		if r.RoundStarted == 0 {
+			r.RoundStarted = x.roundStart
+		}
+		if i := slices.Index(x.attempted, r.Epoch); i >= 0 && (r.Outcome == Granted || r.Outcome == Released) {
+			// The write that took effect may have been seen since the
+			// round that first sent it, an earlier one perhaps.
+			r.RoundStarted = x.attemptedAt[i]
+		}
+		r.Internal = x.kind == kindCleanup
+		r.Attempted = x.attempted
+		p.results = append(p.results, r)
+	}
+	p.advance(ks)
+}
+
+// advance starts the next queued operation of a key whose slot is free.
+func (p *Proposer) advance(ks *keyState) {
+	for ks.active == nil && len(ks.queue) > 0 {
+		x := ks.queue[0]
+		ks.queue = ks.queue[1:]
+		ks.active = x
+		p.startRound(x)
+	}
+	p.maybeForget(ks)
+}
+
+// enqueue queues x for its key's slot; renewals go first.
+func (p *Proposer) enqueue(x *op, front bool) {
+	ks := x.ks
+	x.phase = phaseQueued
+	if front {
+		ks.queue = slices.Insert(ks.queue, 0, x)
+	} else {
+		ks.queue = append(ks.queue, x)
+	}
+	p.advance(ks)
+}
+
+func (p *Proposer) removeQueued(x *op) {
+	ks := x.ks
+	if i := slices.Index(ks.queue, x); i >= 0 {
+		ks.queue = slices.Delete(ks.queue, i, i+1)
+	}
+	if ks.active == x {
+		ks.active = nil
+	}
+}
+
+// maybeForget drops the state of a key this node no longer uses, keeping
+// fast-path state for the most recent MaxIdleKeys of them. A key whose last
+// reported deadline is still ahead is kept: a later acquire on this node must
+// not take the key back from its own stale grant before that deadline.
+func (p *Proposer) maybeForget(ks *keyState) {
+	if !ks.unused() || ks.idle {
+		return
+	}
+	now := p.clock.Now()
+	if p.keys[ks.key] != ks {
+		return // already forgotten
+	}
+	if ks.fast == nil && ks.lastDeadline <= now {
+		delete(p.keys, ks.key)
+		return
+	}
+	ks.idle = true
+	p.idle = append(p.idle, ks)
+	for len(p.idle) > p.cfg.MaxIdleKeys {
+		old := p.idle[0]
+		p.idle = p.idle[1:]
+		if !old.idle {
+			continue // in use again; it rejoins the list when it goes idle
+		}
+		old.fast = nil
+		if old.lastDeadline <= now {
+			old.idle = false
+			if p.keys[old.key] == old {
+				delete(p.keys, old.key)
+			}
+		} else {
+			p.idle = append(p.idle, old)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package quorum
+
+import (
+	"slices"
+	"time"
+)
+
+// outcomeLost is an internal outcome: a renewal found its grant gone.
+const outcomeLost Outcome = 100
+
+// change is the change function of CASPaxos applied to one key: given the
+// value of the highest ballot a majority reported (base) and their replies
+// (nil on the fast path, where base is this node's own last write), it says
+// what to write, or how the operation ends without writing.
+func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration) (Value, OpResult, bool) {
+	me, inc := p.cfg.ID, p.cfg.Incarnation
+	ks := x.ks
+	maxEpoch := base.Epoch
+	for i := range replies {
+		maxEpoch = max(maxEpoch, replies[i].res.MaxEpoch, replies[i].res.Value.Epoch)
+	}
+	mine := base.heldBy(me, inc)
+	switch x.kind {
+	case kindAcquire:
+		if mine && ks.lease == nil && slices.Contains(x.leases, base.Lease) {
+			// This very operation wrote that grant (the Lease ballot says
+			// so, not merely the epoch: another operation of this node may
+			// have proposed the same epoch) in an earlier round whose outcome
+			// it never learned. The epoch was never reported, so keep it
+			// (anyone who read the register saw it already) and give it a
+			// fresh lease.
+			v := base
+			v.TTL, v.Lease = x.opts.TTL, x.ballot
+			return v, OpResult{}, true
+		}
+		if res, locked := p.blocked(x, base, replies, now); locked {
+			return Value{}, res, false
+		}
+		if base.Held && !mine && replies == nil {
+			// Cannot happen (a fast path's base is this node's own write);
+			// if it did, prepare instead.
+			return Value{}, OpResult{}, false
+		}
+		return Value{
+			Held: true, Holder: me, HolderInc: inc,
+			Epoch: p.nextEpoch(maxEpoch), TTL: x.opts.TTL, Lease: x.ballot,
+		}, OpResult{}, true
+
+	case kindRenew:
+		l := ks.lease
+		if l == nil || l.epoch != x.epoch {
+			// Released or reported lost while the renewal waited.
+			return Value{}, OpResult{}, false
+		}
+		if !mine || base.Epoch != x.epoch {
+			return Value{}, OpResult{Outcome: outcomeLost}, false
+		}
+		v := base
+		v.TTL, v.Lease = l.opts.TTL, x.ballot
+		return v, OpResult{}, true
+
+	case kindRelease:
+		if !base.Held && base.Epoch == x.epoch {
+			// Freed already: by an earlier round of this release whose
+			// outcome was not learned (only the holder frees an epoch).
+			// Write it back so that it is chosen before saying so.
+			return base, OpResult{}, true
+		}
+		// Only the exact grant: this node, this incarnation, this epoch.
+		// (A higher MaxEpoch proves nothing: a rival's acquire that was
+		// never chosen may have proposed a higher epoch, from a wall clock
+		// running ahead.)
+		if !mine || base.Epoch != x.epoch {
+			return Value{}, OpResult{Outcome: NotHeld, Epoch: x.epoch}, false
+		}
+		return Value{Epoch: x.epoch}, OpResult{}, true
+
+	case kindCleanup:
+		if !base.Held && slices.Contains(x.attempted, base.Epoch) {
+			return base, OpResult{}, true // as for a release
+		}
+		if !mine || !slices.Contains(x.targets, base.Epoch) || (ks.lease != nil && ks.lease.epoch == base.Epoch) || now < ks.lastDeadline {
+			return Value{}, OpResult{Outcome: NotHeld, Epoch: base.Epoch}, false
+		}
+		return Value{Epoch: base.Epoch}, OpResult{}, true
+
+	case kindRead:
+		chosen := len(replies) > 0
+		live := false
+		for i := range replies {
+			r := &replies[i].res
+			if r.Accepted != replies[0].res.Accepted {
+				chosen = false
+			}
+			if r.Remaining > 0 && base.Held && r.Value.Epoch == base.Epoch && r.Value.Holder == base.Holder {
+				live = true
+			}
+		}
+		x.readLive = live
+		if chosen {
+			return Value{}, OpResult{
+				Outcome: ReadDone, Value: base, Live: live, Epoch: base.Epoch,
+				Holder: base.Holder, HolderInc: base.HolderInc,
+			}, false
+		}
+		// Not yet chosen: write it back so that no later read sees less.
+		// The write keeps base.Lease, so it starts no timer.
+		return base, OpResult{}, true
+	}
+	return Value{}, OpResult{}, false
+}
+
+// blocked reports whether an acquire must wait, and on whom.
+func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration) (OpResult, bool) {
+	me, inc := p.cfg.ID, p.cfg.Incarnation
+	ks := x.ks
+	// Our own grant is ours to take back only when no lease of this node
+	// stands for it and the last deadline this node reported has passed.
+	reclaimable := ks.lease == nil && now >= ks.lastDeadline
+	if base.heldBy(me, inc) && !reclaimable {
+		wait := time.Duration(0)
+		if ks.lease != nil {
+			wait = ks.lease.deadline - now
+		} else {
+			wait = ks.lastDeadline - now
+		}
+		return OpResult{Outcome: Locked, Holder: me, HolderInc: inc, Epoch: base.Epoch, Remaining: max(wait, 0)}, true
+	}
+	var res OpResult
+	locked := false
+	for i := range replies {
+		r := &replies[i].res
+		if r.Remaining <= 0 {
+			continue
+		}
+		v := r.Value
+		if v.heldBy(me, inc) && reclaimable {
+			continue
+		}
+		// A live timer matters unless the register has moved past its
+		// grant: a later epoch, or a release of that very epoch. (A grant
+		// of a later epoch is only made once no earlier lease is live.)
+		if v.Epoch < base.Epoch || (v.Epoch == base.Epoch && !base.Held) {
+			continue
+		}
+		if v.Epoch == base.Epoch {
+			// Name the register's holder: two proposers reading the same
+			// microsecond may propose one epoch, and only one of them can
+			// have been chosen; a live timer of the other is a leftover.
+			v = base
+		}
+		if !locked || v.Epoch > res.Epoch || (v.Epoch == res.Epoch && r.Remaining > res.Remaining) {
+			res = OpResult{Outcome: Locked, Holder: v.Holder, HolderInc: v.HolderInc, Epoch: v.Epoch, Remaining: r.Remaining}
+		}
+		locked = true
+	}
+	return res, locked
+}
+
+// nextEpoch is the fencing token of a new grant: above every epoch a
+// majority knows of, and at least the wall clock in microseconds, so that
+// tokens keep increasing even after every node restarted at once and all
+// registers were lost (assuming wall clocks do not run back across the
+// outage; see the package documentation).
+func (p *Proposer) nextEpoch(maxSeen uint64) uint64 {
+	e := maxSeen + 1
+	if p.faults.noEpochFloor {
+		return e
+	}
+	if w := p.clock.WallMicros(); w > 0 && uint64(w) > e {
+		e = uint64(w)
+	}
+	return e
+}

@@ -1,0 +1,255 @@
+package quorum
+
+import (
+	"container/heap"
+	"time"
+)
+
+// heldLease is a lease this node holds.
+type heldLease struct {
+	epoch     uint64
+	deadline  time.Duration // t0 of the latest successful grant or renewal + HolderTTL
+	lastStart time.Duration // that t0
+	opts      AcquireOptions
+	renewing  bool
+	gen       uint64 // bumps invalidate the lease's timers
+	index     int    // in Proposer.held
+}
+
+func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.Duration, opts AcquireOptions) {
+	l := &heldLease{epoch: epoch, deadline: deadline, lastStart: deadline - opts.HolderTTL, opts: opts}
+	ks.lease = l
+	ks.lastDeadline = max(ks.lastDeadline, deadline)
+	l.index = len(p.held)
+	p.held = append(p.held, ks)
+	p.armLease(ks)
+}
+
+// armLease sets the lease's renewal and notice timers.
+func (p *Proposer) armLease(ks *keyState) {
+	l := ks.lease
+	l.gen++
+	p.arm(timer{at: l.lastStart + l.opts.RenewEvery, kind: timerRenew, ks: ks, gen: l.gen})
+	p.arm(timer{at: l.deadline - l.opts.Notice, kind: timerNotice, ks: ks, gen: l.gen})
+}
+
+func (p *Proposer) dropLease(ks *keyState) {
+	if ks.lease == nil {
+		return
+	}
+	l := ks.lease
+	l.gen++
+	// Swap-remove keeps the list dense and the order reproducible.
+	last := p.held[len(p.held)-1]
+	p.held[l.index] = last
+	last.lease.index = l.index
+	p.held = p.held[:len(p.held)-1]
+	ks.lease = nil
+}
+
+// renewDue starts a renewal of every lease that is at least halfway to its
+// renewal time, so that leases taken at different moments fall into one
+// batch: one message per voter renews them all.
+func (p *Proposer) renewDue(now time.Duration) {
+	for _, ks := range p.held {
+		l := ks.lease
+		if l.renewing || now < l.lastStart+l.opts.RenewEvery/2 {
+			continue
+		}
+		l.renewing = true
+		x := p.newOp(ks, kindRenew, l.deadline-l.opts.Notice)
+		x.epoch = l.epoch
+		x.opts = l.opts
+		p.enqueue(x, true)
+	}
+}
+
+// renewed runs when a renewal was accepted by a majority.
+func (p *Proposer) renewed(x *op, now time.Duration) {
+	ks := x.ks
+	l := ks.lease
+	p.finish(x, OpResult{})
+	if l == nil || l.epoch != x.epoch {
+		// The lease ended here (released, or reported lost) while the
+		// renewal was in flight; the renewal gave the grant a fresh lease
+		// at the acceptors that nobody will use. Free it once the deadline
+		// this node reported has passed.
+		p.spawnCleanup(ks, ks.lastDeadline, []uint64{x.epoch})
+		return
+	}
+	l.renewing = false
+	t0 := x.t0
+	if p.faults.clockAtGrant {
+		t0 = now
+	}
+	if d := t0 + l.opts.HolderTTL; d > l.deadline {
+		l.deadline, l.lastStart = d, t0
+		ks.lastDeadline = max(ks.lastDeadline, d)
+		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d})
+	}
+	p.stats.Renewed++
+	p.armLease(ks)
+}
+
+// renewFailed ends a lease whose renewal failed for good.
+func (p *Proposer) renewFailed(ks *keyState, epoch uint64, why LostReason, unknown bool) {
+	l := ks.lease
+	if l == nil || l.epoch != epoch {
+		return
+	}
+	p.lose(ks, why)
+}
+
+// noticeDue runs at a lease's notice time: unless a renewal moved the
+// deadline, the lease is reported lost now, before its deadline passes.
+func (p *Proposer) noticeDue(ks *keyState, now time.Duration) {
+	l := ks.lease
+	if l == nil || now < l.deadline-l.opts.Notice {
+		return
+	}
+	p.lose(ks, LostNoQuorum)
+}
+
+func (p *Proposer) lose(ks *keyState, why LostReason) {
+	l := ks.lease
+	p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: l.deadline, Lost: true, Reason: why})
+	p.stats.Lost++
+	p.dropLease(ks)
+	// The grant may still stand at the acceptors. Once the deadline this
+	// node reported has passed, free it so that waiters need not wait out
+	// the acceptors' timers.
+	if why == LostNoQuorum {
+		p.spawnCleanup(ks, ks.lastDeadline, []uint64{l.epoch})
+	}
+	p.wakeParked(ks)
+}
+
+// park sets aside an acquire that found the key held, until an acceptor
+// says the key is free, this node's own lease on it ends, or the holder's
+// lease should have run out anyway (a notification can be lost).
+func (p *Proposer) park(x *op, res OpResult) {
+	ks := x.ks
+	now := p.clock.Now()
+	if x.rid != 0 {
+		delete(p.rounds, x.rid)
+		x.rid = 0
+	}
+	if ks.active == x {
+		ks.active = nil
+	}
+	x.phase = phaseWaiting
+	x.noFast = true // the next attempt prepares, which registers a watch
+	ks.parked = append(ks.parked, x)
+	// The remaining time was measured on another node's clock; stretch it
+	// for the worst rate difference, then add a little so that waiters on
+	// many nodes do not all come back at once.
+	wait := time.Duration(float64(res.Remaining) * (1 + p.cfg.Drift) / (1 - p.cfg.Drift))
+	wait += time.Duration(p.rand.Int63n(int64(p.cfg.RoundTimeout)/4 + 1))
+	at := min(now+wait, x.deadline)
+	x.timerGen++
+	p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
+	p.advance(ks)
+}
+
+func (p *Proposer) unpark(x *op) {
+	ks := x.ks
+	for i, q := range ks.parked {
+		if q == x {
+			ks.parked = append(ks.parked[:i], ks.parked[i+1:]...)
+			return
+		}
+	}
+}
+
+// wakeParked retries every operation parked on ks.
+func (p *Proposer) wakeParked(ks *keyState) {
+	if len(ks.parked) == 0 {
+		return
+	}
+	parked := ks.parked
+	ks.parked = nil
+	for _, x := range parked {
+		if x.kind == kindCleanup {
+			// Waits for a deadline, not for the key.
+			ks.parked = append(ks.parked, x)
+			continue
+		}
+		x.timerGen++
+		p.enqueue(x, false)
+	}
+}
+
+// timers
+
+type timerKind uint8
+
+const (
+	timerRound timerKind = iota + 1
+	timerRetry
+	timerWake
+	timerRenew
+	timerNotice
+)
+
+type timer struct {
+	at   time.Duration
+	seq  uint64
+	kind timerKind
+	op   *op
+	ks   *keyState
+	gen  uint64
+}
+
+func (t *timer) stale() bool {
+	if t.op != nil {
+		return t.op.timerGen != t.gen || t.op.phase == phaseDone
+	}
+	return t.ks.lease == nil || t.ks.lease.gen != t.gen
+}
+
+func (t *timer) fire(p *Proposer, now time.Duration) {
+	if t.stale() {
+		return
+	}
+	switch t.kind {
+	case timerRound:
+		p.roundTimeout(t.op)
+	case timerRetry:
+		if t.op.phase == phaseBackoff {
+			p.startRound(t.op)
+		}
+	case timerWake:
+		if t.op.phase == phaseWaiting {
+			p.unpark(t.op)
+			p.enqueue(t.op, false)
+		}
+	case timerRenew:
+		p.renewDue(now)
+	case timerNotice:
+		p.noticeDue(t.ks, now)
+	}
+}
+
+func (p *Proposer) arm(t timer) {
+	p.nextRID++ // shared counter: unique, increasing
+	t.seq = p.nextRID
+	heap.Push(&p.timers, t)
+}
+
+type timerHeap []timer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,698 @@
+package quorum
+
+import (
+	"slices"
+	"time"
+)
+
+type opKind uint8
+
+const (
+	kindAcquire opKind = iota + 1
+	kindRenew
+	kindRelease
+	kindRead
+	// kindCleanup frees a grant to this node that no lease of this node
+	// stands for (a cancelled acquire, an outcome never learned, a renewal
+	// that landed after its lease was reported lost).
+	kindCleanup
+)
+
+type phase uint8
+
+const (
+	phaseQueued  phase = iota // waiting for the key's slot
+	phasePrepare              // prepare sent, collecting promises
+	phaseAccept               // accept sent, collecting acks
+	phaseBackoff              // between rounds
+	phaseWaiting              // acquire parked until the key frees
+	phaseDone
+)
+
+// keyState is what a proposer keeps for one key.
+type keyState struct {
+	key    string
+	active *op   // the operation that owns the key's slot
+	queue  []*op // operations waiting for the slot
+	parked []*op // acquires waiting for the key to free
+	lease  *heldLease
+	// lastDeadline is the latest deadline this node reported for the key
+	// (or the moment it released it). The node never takes the key back
+	// from a grant of its own before then.
+	lastDeadline time.Duration
+	counter      uint64 // highest ballot counter seen on this key
+	fast         *fastPath
+	idle         bool // on the proposer's idle list
+}
+
+func (ks *keyState) unused() bool {
+	return ks.active == nil && len(ks.queue) == 0 && len(ks.parked) == 0 && ks.lease == nil
+}
+
+// fastPath is what a proposer knows after its accept at some ballot
+// succeeded with Next: a majority promised Next at the moment they accepted
+// base, so no other value can have been accepted between the two ballots,
+// and the next operation may go straight to accept at Next.
+type fastPath struct {
+	ballot Ballot
+	base   Value
+	incs   map[NodeID]uint64 // acceptors that promised ballot, by incarnation
+}
+
+// op is one operation in progress.
+type op struct {
+	id         OpID
+	kind       opKind
+	ks         *keyState
+	opts       AcquireOptions // acquire
+	epoch      uint64         // renew, release: the lease's epoch
+	deadline   time.Duration  // give up at
+	started    time.Duration
+	roundStart time.Duration // when the current round began
+
+	phase       phase
+	rid         uint64 // wire id of the round in flight
+	ballot      Ballot
+	next        Ballot // accept: promised next
+	t0          time.Duration
+	timerGen    uint64
+	votes       tally
+	msgs        int // replies counted by message (a test-only fault)
+	replies     []reply
+	proposed    Value
+	attempts    int
+	fast        bool // this round skipped the prepare
+	peek        bool // this round only looks (reads)
+	noFast      bool // the next round must prepare (to register a watch)
+	unknown     bool // an accept of an unfinished round may have landed
+	wrote       bool // some accept of this operation was sent
+	cancelled   bool
+	readLive    bool            // read: a lease of the value was live at a voter
+	contended   bool            // the last round failed on refusals, not silence
+	repair      *OpResult       // the conclusion to report once the base is written back
+	lastLock    *OpResult       // the last Locked seen (waiting acquires)
+	attempted   []uint64        // epochs written (acquire, release, cleanup)
+	attemptedAt []time.Duration // when the round that first wrote each began
+	leases      []Ballot        // acquire: the Lease ballot of each grant it wrote
+	targets     []uint64        // cleanup: the epochs of this node's grants to free
+}
+
+type reply struct {
+	from NodeID
+	inc  uint64
+	res  Result
+}
+
+// okReplies are the replies that granted the ballot.
+func okReplies(all []reply) []reply {
+	n := 0
+	for _, r := range all {
+		if r.res.OK {
+			n++
+		}
+	}
+	if n == len(all) {
+		return all
+	}
+	ok := make([]reply, 0, n)
+	for _, r := range all {
+		if r.res.OK {
+			ok = append(ok, r)
+		}
+	}
+	return ok
+}
+
+// startRound begins a round of x: straight to accept when the fast path
+// holds, else a prepare with a fresh ballot.
+func (p *Proposer) startRound(x *op) {
+	now := p.clock.Now()
+	if x.cancelled {
+		p.finish(x, OpResult{Outcome: Cancelled, Unknown: x.unknown})
+		return
+	}
+	if now >= x.deadline {
+		p.giveUp(x)
+		return
+	}
+	ks := x.ks
+	x.attempts++
+	p.stats.Rounds++
+	p.newRound(x)
+	// Read t0 before anything of the round is sent (PaxosLease): every
+	// acceptor that accepts this round does so after t0 in real time.
+	x.t0, x.roundStart = now, now
+	if fp := ks.fast; fp != nil && !x.noFast && x.kind != kindRead {
+		ks.fast = nil // spent; a successful accept renews it
+		x.ballot = fp.ballot
+		v, res, write := p.change(x, fp.base, nil, now)
+		switch {
+		case write:
+			p.stats.FastRounds++
+			x.fast = true
+			p.sendAccepts(x, v, fp.incs)
+			return
+		case res.Outcome == Locked && res.Holder == p.cfg.ID && ks.lease != nil:
+			// Held by this node's own live lease: no need to ask anyone.
+			p.conclude(x, res)
+			return
+		}
+		// Anything else needs what the acceptors hold now, not what this
+		// node last wrote: prepare.
+	}
+	x.noFast = false
+	x.fast = false
+	x.phase = phasePrepare
+	if x.kind == kindRead && x.attempts == 1 {
+		// Peek first: most reads find the value chosen and need no ballot.
+		x.peek = true
+		for i := range p.m.Voters {
+			p.push(i, Op{ID: x.rid, Kind: OpPeek, Key: ks.key})
+		}
+		return
+	}
+	x.peek = false
+	ks.counter++
+	x.ballot = Ballot{Counter: ks.counter, Incarnation: p.cfg.Incarnation, Node: p.cfg.ID}
+	acquire := x.kind == kindAcquire
+	for i := range p.m.Voters {
+		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot,
+			Watch: acquire && x.opts.Wait, IfFree: acquire})
+	}
+}
+
+func (p *Proposer) newRound(x *op) {
+	if x.rid != 0 {
+		delete(p.rounds, x.rid)
+	}
+	p.nextRID++
+	x.rid = p.nextRID
+	p.rounds[x.rid] = x
+	x.votes = newTally(p.quorumOf())
+	x.msgs = 0
+	x.replies = x.replies[:0]
+	x.timerGen++
+	p.arm(timer{at: p.clock.Now() + p.cfg.RoundTimeout, kind: timerRound, op: x, gen: x.timerGen})
+}
+
+// quorumOf is the configuration whose majority decides: always the voter
+// configuration, except under the test-only fault that counts the nodes
+// gossip believes alive.
+func (p *Proposer) quorumOf() *Membership {
+	if f := p.faults.aliveMajority; f != nil {
+		return &Membership{ID: p.m.ID, Voters: f()}
+	}
+	return &p.m
+}
+
+func (p *Proposer) push(voter int, o Op) {
+	r := &p.out[voter]
+	if r.Ops == nil {
+		r.Config, r.From, r.To = p.m.ID, p.cfg.ID, p.m.Voters[voter]
+	}
+	r.Ops = append(r.Ops, o)
+}
+
+// sendAccepts sends v at x.ballot to every voter whose incarnation is known,
+// promising the next ballot of this proposer at the same time.
+func (p *Proposer) sendAccepts(x *op, v Value, incs map[NodeID]uint64) {
+	now := p.clock.Now()
+	x.phase = phaseAccept
+	x.proposed = v
+	if x.kind != kindRead && x.kind != kindRenew && x.repair == nil {
+		if !slices.Contains(x.attempted, v.Epoch) {
+			x.attempted = append(x.attempted, v.Epoch)
+			x.attemptedAt = append(x.attemptedAt, x.roundStart)
+		}
+		if v.Held {
+			x.leases = append(x.leases, v.Lease)
+		}
+	}
+	x.next = Ballot{Counter: x.ballot.Counter + 1, Incarnation: p.cfg.Incarnation, Node: p.cfg.ID}
+	if x.fast {
+		// A fast round has not been counted by newRound's votes yet; the
+		// tally is fresh already.
+		_ = now
+	} else {
+		p.newRound(x)
+	}
+	for i, id := range p.m.Voters {
+		inc := incs[id]
+		if inc == 0 {
+			inc = p.incs[id]
+		}
+		if inc == 0 {
+			continue // never heard from: no promise could count
+		}
+		p.push(i, Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: v, Next: x.next})
+	}
+	x.unknown, x.wrote = true, true
+}
+
+// Step takes an acceptor's response.
+func (p *Proposer) Step(resp *Response) {
+	if resp.Config != p.m.ID {
+		return
+	}
+	if resp.Inc != 0 {
+		p.incs[resp.From] = resp.Inc
+	}
+	switch resp.Status {
+	case StatusOK, StatusRecovering:
+		// A recovering acceptor refuses every operation (ReasonNoVote).
+	default:
+		// One of another configuration votes on nothing here; the rounds
+		// it was asked about wait for the other voters.
+		return
+	}
+	for i := range resp.Results {
+		p.handleResult(resp.From, resp.Inc, &resp.Results[i])
+	}
+}
+
+func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
+	x := p.rounds[res.ID]
+	if x == nil {
+		return // a round that already ended
+	}
+	if res.Promised.Counter > x.ks.counter {
+		x.ks.counter = res.Promised.Counter
+	}
+	if p.faults.countMessages {
+		x.msgs++
+		x.replies = append(x.replies, reply{from, inc, *res})
+		if res.OK && x.msgs >= x.votes.m.Majority() {
+			p.roundWon(x)
+		}
+		return
+	}
+	if !x.votes.add(from, res.OK) {
+		return // not a voter, or a duplicate
+	}
+	switch res.Reason {
+	case ReasonHandoff:
+		x.votes.handedOff = true
+		x.votes.refusedByRival = true
+	case ReasonPromised, ReasonHeld:
+		x.votes.refusedByRival = true
+	}
+	x.replies = append(x.replies, reply{from, inc, *res})
+	switch {
+	case x.peek:
+		if x.votes.nyes+x.votes.nno >= x.votes.m.Majority() && !p.maybeConcludeEarly(x) {
+			// No agreement to be seen: read properly, with a ballot.
+			p.startRound(x)
+		}
+	case x.votes.reached():
+		p.roundWon(x)
+	case x.phase == phasePrepare && p.maybeConcludeEarly(x):
+	case x.votes.lost():
+		// A majority answered, refusing: other proposers are at work on
+		// the key, which is not the same as no quorum. Jump the ballot
+		// counter ahead by a random stride, growing with each loss: those
+		// that beat us did so with the highest ballot they knew plus one,
+		// and matching them only restarts the duel.
+		p.stats.Conflicts++
+		x.contended = x.votes.refusedByRival
+		if x.contended {
+			x.ks.counter += uint64(p.rand.Intn(1 << min(x.attempts+1, 10)))
+		}
+		if x.kind == kindAcquire && !x.opts.Wait && x.votes.handedOff && !x.cancelled {
+			// The key was just handed to a waiter in line: for a try, that
+			// is a locked key. (What this round wrote is resolved by the
+			// cleanup, like any unknown outcome.)
+			if x.unknown {
+				p.spawnCleanup(x.ks, 0, x.attempted)
+			}
+			p.finish(x, OpResult{Outcome: Locked, Unknown: x.unknown})
+			return
+		}
+		p.retry(x)
+	}
+}
+
+// maybeConcludeEarly ends a prepare round that a majority answered, some of
+// them refusing the ballot, when what they reported settles the operation
+// without a write: an acquire that finds the key held by a live lease, or a
+// read that finds a value a majority accepted at one ballot. Contenders for
+// a held key then wait instead of fighting over ballots.
+func (p *Proposer) maybeConcludeEarly(x *op) bool {
+	// Only replies that say what the acceptor holds count; a voter that
+	// cannot vote (recovering, say) tells nothing.
+	told := 0
+	for i := range x.replies {
+		switch x.replies[i].res.Reason {
+		case ReasonNone, ReasonPromised, ReasonHeld:
+			told++
+		}
+	}
+	if told < x.votes.m.Majority() {
+		return false
+	}
+	now := p.clock.Now()
+	info := informative(x.replies)
+	base, hi := highest(info)
+	switch x.kind {
+	case kindAcquire:
+		if x.cancelled {
+			return false
+		}
+		res, locked := p.blocked(x, base, info, now)
+		if !locked {
+			return false
+		}
+		p.conclude(x, res)
+		return true
+	case kindRead:
+		same := 0
+		live := false
+		for i := range info {
+			r := &info[i].res
+			if r.Accepted == hi {
+				same++
+				if r.Remaining > 0 && base.Held {
+					live = true
+				}
+			}
+		}
+		if same < x.votes.m.Majority() {
+			return false
+		}
+		p.conclude(x, OpResult{
+			Outcome: ReadDone, Value: base, Live: live, Epoch: base.Epoch,
+			Holder: base.Holder, HolderInc: base.HolderInc,
+		})
+		return true
+	}
+	return false
+}
+
+// agreed reports whether the replies all hold one accepted ballot: the
+// value is then chosen (they are a majority), not merely the highest seen.
+func agreed(replies []reply) bool {
+	for _, r := range replies[1:] {
+		if r.res.Accepted != replies[0].res.Accepted {
+			return false
+		}
+	}
+	return true
+}
+
+// informative are the replies that say what the acceptor holds.
+func informative(all []reply) []reply {
+	var out []reply
+	for _, r := range all {
+		switch r.res.Reason {
+		case ReasonNone, ReasonPromised, ReasonHeld:
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// highest is the value of the highest accepted ballot among replies.
+func highest(replies []reply) (Value, Ballot) {
+	var base Value
+	var hi Ballot
+	for i, r := range replies {
+		if i == 0 || hi.Less(r.res.Accepted) {
+			base, hi = r.res.Value, r.res.Accepted
+		}
+	}
+	return base, hi
+}
+
+func (p *Proposer) roundWon(x *op) {
+	switch x.phase {
+	case phasePrepare:
+		p.decide(x)
+	case phaseAccept:
+		p.accepted(x)
+	}
+}
+
+// decide applies x's change to what a majority reported and either ends x
+// or goes on to accept.
+func (p *Proposer) decide(x *op) {
+	now := p.clock.Now()
+	x.unknown = false // the prepare has read past every earlier write of x
+	// The value to build on comes from the voters that promised; what the
+	// others said (a live lease, a higher epoch) still counts.
+	base, _ := highest(okReplies(x.replies))
+	if x.cancelled {
+		if base.heldBy(p.cfg.ID, p.cfg.Incarnation) && x.ks.lease == nil {
+			p.spawnCleanup(x.ks, 0, x.attempted)
+		}
+		p.finish(x, OpResult{Outcome: Cancelled})
+		return
+	}
+	v, res, write := p.change(x, base, x.replies, now)
+	if !write {
+		if !agreed(okReplies(x.replies)) {
+			// The conclusion rests on a value a majority may not hold yet
+			// (a rival's write that might never be chosen): write it back
+			// first, so that no later reader sees the register go back.
+			x.repair = &res
+			v = base
+		} else {
+			p.conclude(x, res)
+			return
+		}
+	}
+	if now >= x.t0+p.sendWindow(x) {
+		// Too late to send accepts for this round: a restarted acceptor's
+		// quarantine only covers rounds that end within the window.
+		p.stats.Timeouts++
+		p.retry(x)
+		return
+	}
+	incs := make(map[NodeID]uint64, len(x.replies))
+	for _, r := range x.replies {
+		if r.res.OK {
+			incs[r.from] = r.inc
+		}
+	}
+	p.sendAccepts(x, v, incs)
+}
+
+// sendWindow bounds how long after t0 a round may send accepts.
+func (p *Proposer) sendWindow(x *op) time.Duration {
+	w := p.cfg.RoundTimeout
+	if x.kind == kindAcquire || x.kind == kindRenew {
+		if hw := x.opts.HolderTTL; hw > 0 && hw < w {
+			w = hw
+		}
+	}
+	return w
+}
+
+// accepted runs when a majority accepted x's value.
+func (p *Proposer) accepted(x *op) {
+	now := p.clock.Now()
+	ks := x.ks
+	x.unknown = false
+	x.replies = okReplies(x.replies)
+	if x.repair != nil {
+		res := *x.repair
+		x.repair = nil
+		x.unknown = false
+		p.conclude(x, res)
+		return
+	}
+	incs := make(map[NodeID]uint64, len(x.replies))
+	quorum := make([]NodeID, 0, len(x.replies))
+	for _, r := range x.replies {
+		incs[r.from] = r.inc
+		quorum = append(quorum, r.from)
+	}
+	if x.kind != kindRead {
+		// A majority promised x.next as it accepted our value. (Not after a
+		// read's write-back: that value is someone else's, and nothing can
+		// be concluded from it without asking again.)
+		ks.fast = &fastPath{ballot: x.next, base: x.proposed, incs: incs}
+	}
+	if x.next.Counter > ks.counter {
+		ks.counter = x.next.Counter
+	}
+	res := OpResult{Quorum: quorum, Ballot: x.ballot, Epoch: x.proposed.Epoch}
+	switch x.kind {
+	case kindAcquire:
+		if x.cancelled {
+			// Granted to nobody: free it now. No deadline was reported, so
+			// nothing local stands in the way.
+			p.spawnCleanup(ks, 0, x.attempted)
+			p.finish(x, OpResult{Outcome: Cancelled})
+			return
+		}
+		t0 := x.t0
+		if p.faults.clockAtGrant {
+			t0 = now
+		}
+		deadline := t0 + x.opts.HolderTTL
+		if now >= deadline-x.opts.Notice {
+			// The round took so long that the lease would be reported lost
+			// on arrival. Take it again; the next round reclaims our own
+			// grant with a fresh lease.
+			p.retry(x)
+			return
+		}
+		p.installLease(ks, x.proposed.Epoch, deadline, now, x.opts)
+		res.Outcome, res.Deadline = Granted, deadline
+		p.stats.Granted++
+		p.finish(x, res)
+	case kindRenew:
+		p.renewed(x, now)
+	case kindRelease:
+		res.Outcome = Released
+		p.finish(x, res)
+		p.wakeParked(ks)
+	case kindCleanup:
+		res.Outcome = Released
+		res.Epoch = x.proposed.Epoch
+		p.finish(x, res)
+		p.wakeParked(ks)
+	case kindRead:
+		res.Outcome, res.Value = ReadDone, x.proposed
+		res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
+		res.Live = x.readLive
+		p.finish(x, res)
+	}
+}
+
+// retry ends x's round and schedules another after a random backoff.
+func (p *Proposer) retry(x *op) {
+	ks := x.ks
+	ks.fast = nil
+	x.repair = nil
+	if x.rid != 0 {
+		delete(p.rounds, x.rid)
+		x.rid = 0
+	}
+	now := p.clock.Now()
+	if now >= x.deadline {
+		p.giveUp(x)
+		return
+	}
+	x.phase = phaseBackoff
+	shift := min(x.attempts, 5)
+	wait := time.Duration(p.rand.Int63n(int64(p.cfg.Backoff)<<shift + 1))
+	if !x.contended {
+		// Silence or voters that cannot vote yet: asking again at once
+		// only adds load. Wait as long as a round may take.
+		wait += p.cfg.RoundTimeout / 2
+	}
+	x.timerGen++
+	p.arm(timer{at: now + wait, kind: timerRetry, op: x, gen: x.timerGen})
+}
+
+// roundTimeout runs when x's round heard no majority in time.
+func (p *Proposer) roundTimeout(x *op) {
+	if x.phase != phasePrepare && x.phase != phaseAccept {
+		return
+	}
+	p.stats.Timeouts++
+	x.contended = false
+	p.retry(x)
+}
+
+// giveUp ends x when its deadline passed.
+func (p *Proposer) giveUp(x *op) {
+	ks := x.ks
+	switch x.kind {
+	case kindAcquire:
+		if x.unknown {
+			p.spawnCleanup(ks, 0, x.attempted)
+		}
+		switch {
+		case x.lastLock != nil && !x.unknown:
+			p.finish(x, *x.lastLock)
+		case x.contended || x.attempts == 0:
+			// (Never started: this node's own work on the key took the
+			// time.)
+			// A majority is up, but others kept winning the key: that is
+			// a locked key with a holder yet to be named, not no quorum.
+			p.finish(x, OpResult{Outcome: Locked, Unknown: x.unknown})
+		default:
+			p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
+		}
+	case kindRenew:
+		p.finish(x, OpResult{})
+		p.renewFailed(ks, x.epoch, LostNoQuorum, x.unknown)
+	case kindRelease:
+		if x.unknown {
+			p.finish(x, OpResult{Outcome: NoQuorum, Unknown: true})
+			p.spawnCleanup(ks, 0, []uint64{x.epoch})
+			return
+		}
+		p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
+	default:
+		p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
+	}
+}
+
+// conclude ends x without writing.
+func (p *Proposer) conclude(x *op, res OpResult) {
+	ks := x.ks
+	res.Ballot = x.ballot
+	res.RoundStarted = x.roundStart // what it saw, it saw in this round
+	switch res.Outcome {
+	case Locked:
+		if x.kind == kindAcquire && x.opts.Wait {
+			x.lastLock = &res
+			p.park(x, res)
+			return
+		}
+		p.finish(x, res)
+	case outcomeLost:
+		p.finish(x, OpResult{})
+		p.renewFailed(ks, x.epoch, LostTaken, false)
+	default:
+		p.finish(x, res)
+	}
+}
+
+// spawnCleanup starts freeing grants to this node, of the given epochs, that
+// no lease of this node stands for, no earlier than at. An epoch that a
+// release or cleanup already in hand will free is left to it.
+func (p *Proposer) spawnCleanup(ks *keyState, at time.Duration, epochs []uint64) {
+	var targets []uint64
+	for _, e := range epochs {
+		if e != 0 && !p.freeing(ks, e) && !slices.Contains(targets, e) {
+			targets = append(targets, e)
+		}
+	}
+	if len(targets) == 0 {
+		return
+	}
+	now := p.clock.Now()
+	at = max(at, now)
+	x := p.newOp(ks, kindCleanup, at+p.cfg.CleanupTimeout)
+	x.targets = targets
+	if at > now {
+		x.phase = phaseWaiting
+		ks.parked = append(ks.parked, x)
+		x.timerGen++
+		p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
+		return
+	}
+	p.enqueue(x, false)
+}
+
+// freeing reports whether a release or cleanup of ks will free epoch e.
+func (p *Proposer) freeing(ks *keyState, e uint64) bool {
+	frees := func(q *op) bool {
+		return q != nil && q.phase != phaseDone &&
+			((q.kind == kindRelease && q.epoch == e) || (q.kind == kindCleanup && slices.Contains(q.targets, e)))
+	}
+	if frees(ks.active) {
+		return true
+	}
+	for _, list := range [][]*op{ks.queue, ks.parked} {
+		for _, q := range list {
+			if frees(q) {
+				return true
+			}
+		}
+	}
+	return false
+}

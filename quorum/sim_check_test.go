@@ -1,0 +1,446 @@
+package quorum
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
+)
+
+// simChecker checks DESIGN's invariants at every step of a simulated run:
+//
+//	I1 exclusion: the intervals [grant, deadline] of one key never overlap
+//	   in real time (an interval ends early at a release or a crash);
+//	I2 tokens strictly increase per key, across full restarts too;
+//	I3 one grant per token; a renewal keeps the token;
+//	I4 the fenced resource never applies a lower token after a higher one,
+//	   and never refuses a write made inside its writer's interval;
+//	I5 every decision rests on a majority of distinct acceptors of the
+//	   configuration that did accept that ballot;
+//	I6 no acceptor accepts below its promise; one ballot, one value;
+//	I7 a release acts only on its own grant (and, through I8, only when the
+//	   register holds exactly that grant);
+//	I8 each key's history is linearizable (porcupine, per era between full
+//	   restarts);
+//	I9 once faults heal, every waiting client is served within a bound;
+//
+// and C3: a loss is reported before the deadline passes.
+type simChecker struct {
+	s        *sim
+	era      int
+	hist     []*qt.History
+	grants   map[string][]*grantRec
+	maxToken map[string]uint64
+	tokens   map[string]map[uint64]bool
+
+	promised   map[accKey]Ballot
+	valueAt    map[ballotKey]Value
+	acceptedBy map[ballotKey][]NodeID
+	// chosen lists, per key, each ballot when it reached a majority; wrote
+	// is the highest ballot at which each writer proposed each value.
+	chosen   map[string][]chosenAt
+	wrote    map[writeKey]Ballot
+	unknowns []ghost
+
+	resource map[string]uint64 // highest token applied, per key
+
+	healedAt time.Duration
+	pending  map[*simClient]time.Duration // waiting acquires, by start
+	maxWait  time.Duration
+}
+
+type grantRec struct {
+	key    string
+	token  uint64
+	node   *simNode
+	client *simClient
+	start  time.Duration // real
+	end    time.Duration // real: the deadline, or the release or crash
+	lost   bool
+	closed bool // released or crashed: end is final
+}
+
+type chosenAt struct {
+	ballot Ballot
+	at     time.Duration
+}
+
+type writeKey struct {
+	key    string
+	writer string // node/inc
+	held   bool
+	epoch  uint64
+}
+
+// ghost is a write of unknown outcome: an epoch an operation proposed in a
+// round whose end it never heard. It may take effect until a higher ballot
+// is chosen for the key (after that it can never be the highest value a
+// majority holds), so that is when its operation ends in the history.
+type ghost struct {
+	era    int
+	key    string
+	client int
+	in     qt.Input
+	out    qt.Output
+	call   time.Duration
+	write  writeKey
+}
+
+type accKey struct {
+	node NodeID
+	inc  uint64
+	key  string
+}
+
+type ballotKey struct {
+	key    string
+	ballot Ballot
+}
+
+func newSimChecker(s *sim) *simChecker {
+	return &simChecker{
+		s:          s,
+		hist:       []*qt.History{qt.NewHistory()},
+		grants:     make(map[string][]*grantRec),
+		maxToken:   make(map[string]uint64),
+		tokens:     make(map[string]map[uint64]bool),
+		promised:   make(map[accKey]Ballot),
+		valueAt:    make(map[ballotKey]Value),
+		acceptedBy: make(map[ballotKey][]NodeID),
+		chosen:     make(map[string][]chosenAt),
+		wrote:      make(map[writeKey]Ballot),
+		resource:   make(map[string]uint64),
+		healedAt:   -1,
+		pending:    make(map[*simClient]time.Duration),
+	}
+}
+
+func (k *simChecker) history() *qt.History {
+	for len(k.hist) <= k.era {
+		k.hist = append(k.hist, qt.NewHistory())
+	}
+	return k.hist[k.era]
+}
+
+// acceptorAnswered checks I6 on every answer of every acceptor and records
+// which acceptor accepted what, for I5.
+func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) {
+	if resp.Status != StatusOK {
+		return
+	}
+	for i, op := range req.Ops {
+		res := resp.Results[i]
+		if !res.OK {
+			continue
+		}
+		ak := accKey{n.id, n.inc, op.Key}
+		switch op.Kind {
+		case OpPrepare:
+			k.promised[ak] = maxBallot(k.promised[ak], op.Ballot)
+		case OpAccept:
+			if op.Ballot.Less(k.promised[ak]) {
+				k.s.failf("I6: %s accepted %q at %v below its promise %v", n.id, op.Key, op.Ballot, k.promised[ak])
+				return
+			}
+			bk := ballotKey{op.Key, op.Ballot}
+			if v, ok := k.valueAt[bk]; ok && v != op.Value {
+				k.s.failf("I6: ballot %v of %q carried two values: %v and %v", op.Ballot, op.Key, v, op.Value)
+				return
+			}
+			k.valueAt[bk] = op.Value
+			if !slices.Contains(k.acceptedBy[bk], n.id) {
+				k.acceptedBy[bk] = append(k.acceptedBy[bk], n.id)
+				if len(k.acceptedBy[bk]) == k.s.m.Majority() {
+					k.chosen[op.Key] = append(k.chosen[op.Key], chosenAt{op.Ballot, k.s.now})
+				}
+			}
+			wk := writeKey{key: op.Key, writer: holderName(op.Ballot.Node, op.Ballot.Incarnation),
+				held: op.Value.Held, epoch: op.Value.Epoch}
+			k.wrote[wk] = maxBallot(k.wrote[wk], op.Ballot)
+			k.promised[ak] = maxBallot(op.Ballot, op.Next)
+		}
+	}
+}
+
+// quorumOK checks I5 for a decision.
+func (k *simChecker) quorumOK(n *simNode, res OpResult) {
+	m := k.s.m
+	seen := make(map[NodeID]bool)
+	for _, id := range res.Quorum {
+		if seen[id] {
+			k.s.failf("I5: %s counted acceptor %s twice for %q ballot %v", n.id, id, res.Key, res.Ballot)
+			return
+		}
+		seen[id] = true
+		if !m.IsVoter(id) {
+			k.s.failf("I5: %s counted non-voter %s for %q", n.id, id, res.Key)
+			return
+		}
+		if !slices.Contains(k.acceptedBy[ballotKey{res.Key, res.Ballot}], id) {
+			k.s.failf("I5: %s counted %s for %q ballot %v, which it never accepted", n.id, id, res.Key, res.Ballot)
+			return
+		}
+	}
+	if len(seen) < m.Majority() {
+		k.s.failf("I5: %s decided %q on %d acceptors %v; a majority is %d", n.id, res.Key, len(seen), res.Quorum, m.Majority())
+	}
+}
+
+// result routes an operation's result and checks what it claims.
+func (k *simChecker) result(n *simNode, res OpResult) {
+	s := k.s
+	if res.Outcome == Granted || res.Outcome == Released || (res.Outcome == ReadDone && len(res.Quorum) > 0) {
+		k.quorumOK(n, res)
+	}
+	if res.Internal {
+		out := qt.Output{Outcome: outcomeName(res.Outcome), Epoch: res.Epoch}
+		call := n.clock.realAt(res.Started)
+		in := qt.Input{Kind: qt.Cleanup, Holder: n.holderName()}
+		k.history().Add(res.Key, -1, in, out, int64(call), int64(s.now))
+		for _, e := range res.Attempted {
+			if res.Outcome != Released || e != res.Epoch {
+				k.addGhost(res.Key, -1, n.holderName(), in, qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: e}, call, false, e)
+			}
+		}
+		return
+	}
+	c := n.ops[res.ID]
+	if c == nil {
+		s.failf("%s reported op %d, which no client started", n.id, res.ID)
+		return
+	}
+	delete(n.ops, res.ID)
+	c.onResult(res)
+}
+
+// granted checks I1, I2 and I3 for a new grant.
+func (k *simChecker) granted(c *simClient, res OpResult) *grantRec {
+	s := k.s
+	s.stats.Grants++
+	g := &grantRec{
+		key: res.Key, token: res.Epoch, node: c.n, client: c,
+		start: s.now, end: c.n.clock.realAt(res.Deadline),
+	}
+	s.tracef("%s grants %q token %d to c%d until %v", c.n.id, g.key, g.token, c.id, g.end)
+	if g.token <= k.maxToken[g.key] {
+		s.failf("I2: %q granted token %d after token %d", g.key, g.token, k.maxToken[g.key])
+	}
+	k.maxToken[g.key] = max(k.maxToken[g.key], g.token)
+	if k.tokens[g.key] == nil {
+		k.tokens[g.key] = make(map[uint64]bool)
+	}
+	if k.tokens[g.key][g.token] {
+		s.failf("I3: %q token %d granted twice", g.key, g.token)
+	}
+	k.tokens[g.key][g.token] = true
+	for _, h := range k.grants[g.key] {
+		if h.end > g.start {
+			s.failf("I1: %q granted to c%d (%s, token %d) at %v while c%d (%s, token %d) holds it until %v",
+				g.key, c.id, c.n.id, g.token, g.start, h.client.id, h.node.id, h.token, h.end)
+		}
+	}
+	// Forget grants that ended long ago.
+	list := k.grants[g.key][:0]
+	for _, h := range k.grants[g.key] {
+		if h.end > s.now-10*time.Second {
+			list = append(list, h)
+		}
+	}
+	k.grants[g.key] = append(list, g)
+	c.n.holder[g.key] = c
+	return g
+}
+
+// leaseEvent checks C3 and extends or closes intervals.
+func (k *simChecker) leaseEvent(n *simNode, ev LeaseEvent) {
+	s := k.s
+	c := n.holder[ev.Key]
+	s.tracef("%s lease event %q epoch %d lost=%v (%v) deadline %v", n.id, ev.Key, ev.Epoch, ev.Lost, ev.Reason, ev.Deadline)
+	if c == nil || c.grant == nil || c.grant.token != ev.Epoch {
+		if ev.Lost {
+			return // lost after a release; nothing was held by a client
+		}
+		s.failf("%s renewed %q token %d, which no client holds", n.id, ev.Key, ev.Epoch)
+		return
+	}
+	g := c.grant
+	if ev.Lost {
+		if now := n.clock.Now(); now >= ev.Deadline {
+			s.failf("C3: %s reported %q token %d lost at %v, after its deadline %v", n.id, ev.Key, ev.Epoch, now, ev.Deadline)
+		}
+		g.lost = true
+		s.tracef("%s: %q token %d lost (%v)", n.id, ev.Key, ev.Epoch, ev.Reason)
+		c.onLease(ev)
+		return
+	}
+	end := n.clock.realAt(ev.Deadline)
+	if !g.closed && end > g.end {
+		g.end = end
+		for _, h := range k.grants[g.key] {
+			if h != g && h.start > g.start && h.start < g.end {
+				s.failf("I1: renewal of %q token %d to %v overlaps the grant of token %d at %v",
+					g.key, g.token, g.end, h.token, h.start)
+			}
+		}
+	}
+	c.onLease(ev)
+}
+
+// released closes a grant's interval at its release.
+func (k *simChecker) released(g *grantRec) { k.ended(g, k.s.now) }
+
+func (k *simChecker) ended(g *grantRec, at time.Duration) {
+	if at < g.end {
+		g.end = at
+	}
+	g.closed = true
+	if g.node.holder[g.key] == g.client {
+		delete(g.node.holder, g.key)
+	}
+}
+
+// write is a client's write to the fenced resource (I4). A write inside the
+// writer's interval must be admitted; a late one may be refused.
+func (k *simChecker) write(c *simClient, g *grantRec, late bool) {
+	s := k.s
+	s.stats.Writes++
+	inInterval := !late && s.now >= g.start && s.now < g.end && !g.lost
+	if g.token < k.resource[g.key] {
+		s.stats.StaleWritesRefused++
+		if inInterval {
+			s.failf("I4: the fence refused c%d's write with token %d inside its interval: token %d was applied first",
+				c.id, g.token, k.resource[g.key])
+		}
+		return
+	}
+	k.resource[g.key] = g.token
+}
+
+// releaseGhosts records a release's writes of unknown outcome: a release
+// that ends NotHeld or NoQuorum may still have freed the key in a round it
+// never heard the end of.
+func (k *simChecker) releaseGhosts(c *simClient, key string, res OpResult, epoch uint64) {
+	if res.Outcome == Released {
+		return
+	}
+	for _, e := range res.Attempted {
+		k.addGhost(key, c.id, c.holder(), qt.Input{Kind: qt.Release, Holder: c.holder(), Epoch: e},
+			qt.Output{Outcome: qt.NoQuorum, Unknown: true}, c.called, false, e)
+	}
+}
+
+// ghosts records each epoch an acquire proposed, other than the one it was
+// granted, as a write of unknown outcome.
+func (k *simChecker) ghosts(c *simClient, key string, attempted []uint64, granted uint64, wasGranted bool) {
+	for _, e := range attempted {
+		if wasGranted && e == granted {
+			continue
+		}
+		k.addGhost(key, c.id, c.holder(), qt.Input{Kind: qt.Acquire, Holder: c.holder()},
+			qt.Output{Outcome: qt.NoQuorum, Unknown: true, Attempted: []uint64{e}}, c.called, true, e)
+	}
+}
+
+func (k *simChecker) addGhost(key string, client int, holder string, in qt.Input, out qt.Output, call time.Duration, held bool, epoch uint64) {
+	k.unknowns = append(k.unknowns, ghost{
+		era: k.era, key: key, client: client, in: in, out: out, call: call,
+		write: writeKey{key: key, writer: holder, held: held, epoch: epoch},
+	})
+}
+
+// recordGhosts adds the ghosts to the histories, each ending when a ballot
+// above its own was first chosen for its key.
+func (k *simChecker) recordGhosts() {
+	for _, g := range k.unknowns {
+		b, ok := k.wrote[g.write]
+		if !ok {
+			continue // never reached any acceptor: it cannot have taken effect
+		}
+		ret := qt.Infinity
+		for _, c := range k.chosen[g.key] {
+			if b.Less(c.ballot) && c.at >= g.call {
+				ret = int64(c.at)
+				break
+			}
+		}
+		for len(k.hist) <= g.era {
+			k.hist = append(k.hist, qt.NewHistory())
+		}
+		k.hist[g.era].Add(g.key, g.client, g.in, g.out, int64(g.call), ret)
+	}
+	k.unknowns = nil
+}
+
+// acquireEnded tracks waiting acquires for I9.
+func (k *simChecker) acquireEnded(c *simClient, res OpResult) {
+	s := k.s
+	start, ok := k.pending[c]
+	delete(k.pending, c)
+	if !ok {
+		return
+	}
+	settled := s.now > k.healedAt+k.s.cfg.quarantine()+2*k.s.cfg.TTL
+	if !c.wait {
+		if settled && res.Outcome == NoQuorum {
+			s.failf("I9: c%d's try-acquire of %q found no quorum long after the heal", c.id, c.key)
+		}
+		return
+	}
+	if res.Outcome != Granted && !res.Unknown && res.Outcome != Cancelled {
+		s.failf("I9: c%d waited from %v (after the heal) and got %v instead of the key", c.id, start, res.Outcome)
+		return
+	}
+	if w := s.now - start; w > k.maxWait {
+		k.maxWait = w
+	}
+	if bound := k.livenessBound(); s.now-start > bound {
+		s.failf("I9: c%d waited %v for %q after the heal; the bound is %v", c.id, s.now-start, c.key, bound)
+	}
+}
+
+// livenessBound is how long a waiting client may wait once faults healed:
+// quarantine and a lease's length for the mesh to settle, then every other
+// client's hold and hand-over in turn.
+func (k *simChecker) livenessBound() time.Duration {
+	cfg := k.s.cfg
+	clients := time.Duration(len(k.s.nodes) * cfg.Clients)
+	perTurn := 50*time.Millisecond + 12*cfg.RoundTimeout
+	return cfg.quarantine() + 2*cfg.TTL + clients*perTurn + cfg.LivenessSlop
+}
+
+// final runs the checks that need the whole run: pending waits (I9) and
+// linearizability (I8).
+func (k *simChecker) final() {
+	s := k.s
+	if k.healedAt >= 0 {
+		bound := k.livenessBound()
+		var waiting []*simClient
+		for c := range k.pending {
+			waiting = append(waiting, c)
+		}
+		slices.SortFunc(waiting, func(a, b *simClient) int { return a.id - b.id })
+		for _, c := range waiting {
+			if start := k.pending[c]; s.now-start > bound {
+				s.failf("I9: c%d still waits for %q after %v; the bound is %v", c.id, c.key, s.now-start, bound)
+			}
+		}
+	}
+	// Operations still in flight at the end may have written too.
+	for _, n := range s.nodes {
+		if n.up {
+			s.abandon(n)
+		}
+	}
+	k.recordGhosts()
+	for era, h := range k.hist {
+		bad, _ := h.Check(20 * time.Second)
+		for _, key := range bad {
+			s.failf("I8: the history of %q (era %d) is not linearizable:\n%s", key, era, h.Explain(key, 40))
+		}
+	}
+}
+
+func (k *simChecker) String() string {
+	return fmt.Sprintf("era=%d maxWaitAfterHeal=%v", k.era, k.maxWait)
+}

@@ -1,0 +1,330 @@
+package quorum
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
+)
+
+// A simClient is an application goroutine on a simulated node: it takes a
+// few hot keys, writes to a fenced resource while it holds one, renews
+// through its node, releases, reads, cancels, and sometimes stalls as if
+// paused by a collector or SIGSTOP and writes late with its old token.
+
+type clientState uint8
+
+const (
+	cIdle clientState = iota
+	cAcquiring
+	cHolding
+	cReleasing
+	cReading
+)
+
+type simClient struct {
+	s     *sim
+	n     *simNode
+	id    int
+	state clientState
+	gen   uint64 // bumps cancel this client's scheduled actions
+
+	key    string
+	op     OpID
+	hist   int
+	wait   bool
+	called time.Duration // real time the operation began
+
+	grant   *grantRec
+	stalled bool
+}
+
+func (c *simClient) holder() string { return c.n.holderName() }
+
+// later runs fn after d unless the client was reset in between.
+func (c *simClient) later(d time.Duration, fn func()) {
+	gen := c.gen
+	c.s.after(d, func() {
+		if c.gen == gen && c.n.up && !c.s.ended {
+			fn()
+			c.s.flush(c.n)
+		}
+	})
+}
+
+func (c *simClient) boot() {
+	c.gen++
+	c.state = cIdle
+	c.grant, c.stalled = nil, false
+	c.later(c.think(), c.act)
+}
+
+func (c *simClient) think() time.Duration {
+	return time.Duration(c.s.rand.ExpFloat64() * float64(30*time.Millisecond))
+}
+
+func (c *simClient) idle() {
+	if c.s.cfg.Trace {
+		_, _, line, _ := runtime.Caller(1)
+		c.s.tracef("c%d on %s goes idle (from line %d, state %d)", c.id, c.n.id, line, c.state)
+	}
+	c.state = cIdle
+	c.grant, c.stalled = nil, false
+	c.later(c.think(), c.act)
+}
+
+func (c *simClient) pickKey() string {
+	// Skewed towards key 0: one hot key, a few warm ones.
+	k := c.s.rand.Intn(c.s.cfg.Keys)
+	if c.s.rand.Intn(2) == 0 {
+		k = 0
+	}
+	return fmt.Sprintf("k%d", k)
+}
+
+func (c *simClient) act() {
+	s := c.s
+	key := c.pickKey()
+	now := c.n.clock.Now()
+	c.key, c.called = key, s.now
+	if s.rand.Float64() < 0.15 {
+		id, err := c.n.prop.Read(key, 0)
+		if err != nil {
+			s.failf("read %q: %v", key, err)
+			return
+		}
+		c.state, c.op = cReading, id
+		c.n.ops[id] = c
+		c.hist = s.check.history().Call(key, c.id, qt.Input{Kind: qt.Read, Holder: c.holder()}, int64(s.now))
+		s.stats.Reads++
+		return
+	}
+	c.wait = s.rand.Float64() < 0.6
+	opts := AcquireOptions{
+		TTL:        s.cfg.TTL,
+		HolderTTL:  s.cfg.holderTTL(),
+		RenewEvery: s.cfg.TTL / 3,
+		Notice:     s.cfg.Notice,
+		Wait:       c.wait,
+	}
+	if c.wait {
+		opts.Deadline = now + time.Second + time.Duration(s.rand.Int63n(int64(3*time.Second)))
+		if s.healed {
+			opts.Deadline = now + time.Hour
+		}
+	}
+	id, err := c.n.prop.Acquire(key, opts)
+	if err != nil {
+		s.failf("acquire %q: %v", key, err)
+		return
+	}
+	s.tracef("c%d on %s acquires %q (op %d, wait %v)", c.id, c.n.id, key, id, c.wait)
+	c.state, c.op = cAcquiring, id
+	c.n.ops[id] = c
+	c.hist = s.check.history().Call(key, c.id, qt.Input{Kind: qt.Acquire, Holder: c.holder()}, int64(s.now))
+	if s.healed {
+		s.check.pending[c] = s.now
+	}
+	if c.wait && !s.healed && s.rand.Float64() < 0.08 {
+		c.later(time.Duration(s.rand.Int63n(int64(500*time.Millisecond))), func() {
+			if c.state == cAcquiring && c.op == id {
+				s.stats.Cancels++
+				c.n.prop.Cancel(id)
+			}
+		})
+	}
+}
+
+// onResult takes the result of the client's operation.
+func (c *simClient) onResult(res OpResult) {
+	s := c.s
+	s.tracef("c%d on %s: op %d on %q -> %v epoch %d holder %s/%d unknown %v q=%v b=%v", c.id, c.n.id, res.ID, res.Key, res.Outcome, res.Epoch, res.Holder, res.HolderInc, res.Unknown, res.Quorum, res.Ballot)
+	out := qt.Output{Outcome: outcomeName(res.Outcome), Unknown: res.Unknown, Epoch: res.Epoch}
+	switch c.state {
+	case cReading:
+		out.Held, out.Holder = res.Value.Held, holderName(res.Value.Holder, res.Value.HolderInc)
+		s.check.history().Retime(c.hist, int64(c.n.clock.realAt(res.RoundStarted)))
+		s.check.history().Return(c.hist, out, int64(s.now))
+		c.idle()
+	case cAcquiring:
+		if res.Outcome == Locked {
+			out.Holder = holderName(res.Holder, res.HolderInc)
+			s.stats.Locked++
+		}
+		if res.Outcome == NoQuorum {
+			s.stats.NoQuorum++
+		}
+		if res.Unknown {
+			s.stats.Unknowns++
+		}
+		// The operation's own outcome is definite; each epoch it proposed
+		// in a round it never heard the end of is a write of unknown
+		// outcome of its own.
+		out.Unknown = false
+		// What the acquire did, it did in its last round; earlier rounds
+		// either did nothing or wrote the ghosts below.
+		s.check.history().Retime(c.hist, int64(c.n.clock.realAt(res.RoundStarted)))
+		s.check.history().Return(c.hist, out, int64(s.now))
+		s.check.ghosts(c, res.Key, res.Attempted, res.Epoch, res.Outcome == Granted)
+		s.check.acquireEnded(c, res)
+		if res.Outcome != Granted {
+			c.idle()
+			return
+		}
+		c.grant = s.check.granted(c, res)
+		c.state = cHolding
+		c.hold()
+	case cReleasing:
+		out.Unknown = false
+		s.check.history().Retime(c.hist, int64(c.n.clock.realAt(res.RoundStarted)))
+		s.check.history().Return(c.hist, out, int64(s.now))
+		s.check.releaseGhosts(c, res.Key, res, c.grant.token)
+		if res.Outcome == Released && res.Epoch != c.grant.token {
+			s.failf("I7: release of token %d reported releasing %d", c.grant.token, res.Epoch)
+		}
+		c.idle()
+	}
+}
+
+// hold works under the lease: writes, maybe a stall, then a release.
+func (c *simClient) hold() {
+	s := c.s
+	var holdFor time.Duration
+	switch x := s.rand.Float64(); {
+	case x < 0.6:
+		holdFor = time.Duration(5+s.rand.Intn(95)) * time.Millisecond
+	case x < 0.9:
+		holdFor = time.Duration(100+s.rand.Intn(700)) * time.Millisecond
+	default:
+		holdFor = time.Second + time.Duration(s.rand.Int63n(int64(2*time.Second)))
+	}
+	if s.healed {
+		holdFor = min(holdFor, 50*time.Millisecond)
+	}
+	g := c.grant
+	var write func()
+	write = func() {
+		if c.state != cHolding || c.grant != g || c.stalled {
+			return
+		}
+		s.check.write(c, g, false)
+		c.later(time.Duration(10+s.rand.Intn(60))*time.Millisecond, write)
+	}
+	c.later(time.Millisecond, write)
+	if !s.healed && s.rand.Float64() < 0.05 {
+		stallAt := time.Duration(s.rand.Int63n(int64(holdFor) + 1))
+		stall := 500*time.Millisecond + time.Duration(s.rand.Int63n(int64(2*time.Second)))
+		c.later(stallAt, func() {
+			if c.state != cHolding || c.grant != g {
+				return
+			}
+			c.stalled = true
+			c.later(stall, func() {
+				// Back from the pause, the client writes once with the
+				// token it had, before looking at anything.
+				s.stats.LateWrites++
+				s.check.write(c, g, true)
+				c.stalled = false
+				if g.lost {
+					c.idle()
+					return
+				}
+				c.release()
+			})
+		})
+	}
+	c.later(holdFor, func() {
+		if c.state == cHolding && c.grant == g && !c.stalled {
+			c.release()
+		}
+	})
+}
+
+func (c *simClient) release() {
+	s := c.s
+	g := c.grant
+	id, err := c.n.prop.Release(g.key, g.token)
+	if errors.Is(err, ErrNotHeld) {
+		// Lost meanwhile (the notice came while the client was busy).
+		c.idle()
+		return
+	}
+	if err != nil {
+		s.failf("release: %v", err)
+		return
+	}
+	s.check.released(g)
+	s.tracef("c%d on %s releases %q token %d (op %d)", c.id, c.n.id, g.key, g.token, id)
+	c.state, c.op = cReleasing, id
+	c.n.ops[id] = c
+	c.called = s.now
+	c.hist = s.check.history().Call(g.key, c.id, qt.Input{Kind: qt.Release, Holder: c.holder(), Epoch: g.token}, int64(s.now))
+	s.stats.Releases++
+}
+
+// onLease takes a lease event of the client's grant.
+func (c *simClient) onLease(ev LeaseEvent) {
+	if ev.Lost {
+		c.s.stats.Lost++
+		if !c.stalled && c.state == cHolding {
+			c.idle()
+		}
+	} else {
+		c.s.stats.Renewals++
+	}
+}
+
+// crashed: the node died under the client.
+func (c *simClient) crashed() {
+	s := c.s
+	switch c.state {
+	case cAcquiring, cReleasing, cReading:
+		// The operation never returns; its effects, if any, are its
+		// writes of unknown outcome.
+		s.check.history().Return(c.hist, qt.Output{Outcome: qt.NoQuorum}, qt.Infinity)
+		if x := c.n.prop.ops[c.op]; x != nil {
+			switch c.state {
+			case cAcquiring:
+				s.check.ghosts(c, c.key, x.attempted, 0, false)
+			case cReleasing:
+				s.check.releaseGhosts(c, c.key, OpResult{Attempted: x.attempted}, 0)
+			}
+		}
+		delete(s.check.pending, c) // a crash is not a liveness failure
+	}
+	if c.grant != nil {
+		s.check.ended(c.grant, s.now)
+	}
+	c.gen++
+	c.state = cIdle
+	c.grant, c.stalled = nil, false
+}
+
+func outcomeName(o Outcome) string {
+	switch o {
+	case Granted:
+		return qt.Granted
+	case Locked:
+		return qt.Locked
+	case NoQuorum:
+		return qt.NoQuorum
+	case Released:
+		return qt.Released
+	case NotHeld:
+		return qt.NotHeld
+	case ReadDone:
+		return qt.ReadDone
+	case Cancelled:
+		return qt.Cancelled
+	}
+	return o.String()
+}
+
+func holderName(id NodeID, inc uint64) string {
+	if id == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d", id, inc)
+}

@@ -1,0 +1,664 @@
+package quorum
+
+import (
+	"container/heap"
+	"fmt"
+	"math"
+	"math/rand"
+	"slices"
+	"strings"
+	"time"
+
+	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
+)
+
+// The deterministic simulator: every node of a mesh in one goroutine, on
+// virtual time, with the network, the clocks and the crashes in the hands of
+// one seeded random source. The same seed replays the same run.
+
+// simConfig is one simulated run.
+type simConfig struct {
+	Seed      int64
+	Voters    int
+	Proposers int // nodes that do not vote
+	Duration  time.Duration
+	Keys      int
+	Clients   int // per node
+
+	Drift        float64
+	TTL          time.Duration
+	SafetyMargin time.Duration
+	Notice       time.Duration
+	RoundTimeout time.Duration
+
+	Drop, Dup    float64
+	Partitions   bool
+	OneWay       bool
+	Crashes      bool
+	FullRestart  bool
+	HealAt       time.Duration // faults stop here; zero: Duration*3/5
+	LivenessSlop time.Duration
+
+	Bug string // a rule broken on purpose (sim_bugs_test.go)
+	// Trace keeps a readable log of every step (slow; used on replay).
+	Trace bool
+}
+
+func defaultSimConfig(seed int64, voters int) simConfig {
+	return simConfig{
+		Seed:         seed,
+		Voters:       voters,
+		Proposers:    2,
+		Duration:     12 * time.Second,
+		Keys:         3,
+		Clients:      2,
+		Drift:        0.01,
+		TTL:          time.Second,
+		SafetyMargin: 2 * time.Millisecond,
+		Notice:       100 * time.Millisecond,
+		RoundTimeout: 40 * time.Millisecond,
+		Drop:         0.03,
+		Dup:          0.03,
+		Partitions:   true,
+		OneWay:       true,
+		Crashes:      true,
+		FullRestart:  seed%5 == 0,
+	}
+}
+
+func (c simConfig) holderTTL() time.Duration {
+	gamma := (1 - c.Drift) / (1 + c.Drift)
+	return time.Duration(gamma*float64(c.TTL)) - c.SafetyMargin
+}
+
+func (c simConfig) quarantine() time.Duration {
+	gamma := (1 - c.Drift) / (1 + c.Drift)
+	return max(c.TTL, time.Duration(math.Ceil(float64(c.holderTTL())/gamma)))
+}
+
+func (c simConfig) healAt() time.Duration {
+	if c.HealAt > 0 {
+		return c.HealAt
+	}
+	return c.Duration * 3 / 5
+}
+
+type event struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// simClock is one node's clock: it runs at its own rate and starts from its
+// own origin after every restart; its wall clock is skewed.
+type simClock struct {
+	s        *sim
+	rate     float64
+	offset   time.Duration // local = offset + rate*real
+	wallSkew int64         // µs
+}
+
+func (c *simClock) at(real time.Duration) time.Duration {
+	return c.offset + time.Duration(float64(real)*c.rate)
+}
+
+func (c *simClock) Now() time.Duration { return c.at(c.s.now) }
+
+func (c *simClock) WallMicros() int64 {
+	return simWallBase + c.wallSkew + int64(float64(c.s.now)*c.rate)/1000
+}
+
+// realAt is the first real time at which the clock reads local or more.
+func (c *simClock) realAt(local time.Duration) time.Duration {
+	r := time.Duration(math.Ceil(float64(local-c.offset) / c.rate))
+	for c.at(r) < local {
+		r++
+	}
+	for r > 0 && c.at(r-1) >= local {
+		r--
+	}
+	return r
+}
+
+// simWallBase is the simulated wall clock at real time zero (2026-11-29).
+const simWallBase = int64(1795910400) * 1e6
+
+type simNode struct {
+	s     *sim
+	idx   int
+	id    NodeID
+	voter bool
+	up    bool
+	inc   uint64
+	clock *simClock
+	acc   *Acceptor
+	prop  *Proposer
+
+	tickGen uint64
+	tickAt  time.Duration
+	tickSet bool
+
+	clients []*simClient
+	ops     map[OpID]*simClient
+	holder  map[string]*simClient // key → client holding this node's lease on it
+}
+
+func (n *simNode) holderName() string { return fmt.Sprintf("%s/%d", n.id, n.inc) }
+
+// sim is one run.
+type sim struct {
+	cfg    simConfig
+	rand   *rand.Rand
+	now    time.Duration
+	seq    uint64
+	events eventHeap
+	nodes  []*simNode
+	m      Membership
+
+	cut     map[[2]int]bool
+	nextInc uint64
+	healed  bool
+	ended   bool
+
+	check *simChecker
+	stats simStats
+	trace []string
+	fail  []string
+}
+
+type simStats struct {
+	Messages, Dropped, Duplicated, Cut, Delayed       int
+	Partitions, OneWayCuts, Crashes, FullRestarts     int
+	Grants, Releases, Renewals, Lost, Reads, Writes   int
+	StaleWritesRefused, LateWrites, Cancels, Unknowns int
+	NoQuorum, Locked, FloorOnly                       int
+}
+
+func (st simStats) String() string {
+	return fmt.Sprintf("msgs=%d dropped=%d dup=%d cut=%d tail=%d | partitions=%d oneway=%d crashes=%d fullrestarts=%d | "+
+		"grants=%d releases=%d renewals=%d lost=%d reads=%d writes=%d staleRefused=%d lateWrites=%d cancels=%d unknown=%d noquorum=%d locked=%d",
+		st.Messages, st.Dropped, st.Duplicated, st.Cut, st.Delayed, st.Partitions, st.OneWayCuts, st.Crashes, st.FullRestarts,
+		st.Grants, st.Releases, st.Renewals, st.Lost, st.Reads, st.Writes, st.StaleWritesRefused, st.LateWrites, st.Cancels, st.Unknowns, st.NoQuorum, st.Locked)
+}
+
+func newSim(cfg simConfig) *sim {
+	s := &sim{
+		cfg:     cfg,
+		rand:    rand.New(rand.NewSource(cfg.Seed)),
+		cut:     make(map[[2]int]bool),
+		nextInc: 1,
+	}
+	var voters []NodeID
+	for i := 0; i < cfg.Voters+cfg.Proposers; i++ {
+		n := &simNode{s: s, idx: i, id: NodeID(fmt.Sprintf("n%d", i)), voter: i < cfg.Voters}
+		if n.voter {
+			voters = append(voters, n.id)
+		}
+		s.nodes = append(s.nodes, n)
+	}
+	s.m = NewMembership(1, voters...)
+	s.check = newSimChecker(s)
+	return s
+}
+
+func (s *sim) at(t time.Duration, fn func()) {
+	s.seq++
+	heap.Push(&s.events, event{at: t, seq: s.seq, fn: fn})
+}
+
+func (s *sim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
+
+func (s *sim) tracef(format string, args ...any) {
+	if s.cfg.Trace {
+		s.trace = append(s.trace, fmt.Sprintf("%12v ", s.now)+fmt.Sprintf(format, args...))
+	}
+}
+
+// failf records an invariant violation. The run stops at the first.
+func (s *sim) failf(format string, args ...any) {
+	msg := fmt.Sprintf("t=%v: ", s.now) + fmt.Sprintf(format, args...)
+	s.fail = append(s.fail, msg)
+	s.tracef("VIOLATION %s", msg)
+	s.ended = true
+}
+
+func (s *sim) run() {
+	s.run0()
+	if len(s.fail) == 0 {
+		s.check.final()
+	}
+}
+
+func (s *sim) run0() {
+	for _, n := range s.nodes {
+		s.start(n)
+	}
+	s.scheduleFaults()
+	s.at(s.cfg.healAt(), s.heal)
+	s.at(s.cfg.Duration, func() { s.ended = true })
+	for len(s.events) > 0 && !s.ended {
+		e := heap.Pop(&s.events).(event)
+		s.now = e.at
+		e.fn()
+	}
+}
+
+// start boots a node with empty state, as after a crash.
+func (s *sim) start(n *simNode) {
+	n.up = true
+	n.inc = s.nextInc
+	s.nextInc++
+	n.clock = &simClock{
+		s:        s,
+		rate:     1 + (2*s.rand.Float64()-1)*s.cfg.Drift,
+		wallSkew: int64(s.rand.Intn(20000)) - 10000, // ±10ms
+	}
+	// A fresh monotonic origin per life, as a new process gets.
+	n.clock.offset = time.Duration(s.rand.Int63n(int64(time.Hour))) - time.Duration(float64(s.now)*n.clock.rate)
+	n.ops = make(map[OpID]*simClient)
+	n.holder = make(map[string]*simClient)
+	var err error
+	if n.voter {
+		n.acc, err = NewAcceptor(AcceptorConfig{
+			ID: n.id, Incarnation: n.inc, Membership: s.m, Clock: n.clock,
+			MaxTTL: s.cfg.TTL, Quarantine: s.cfg.quarantine(), CatchUpBuckets: 4,
+			RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
+		})
+		if err != nil {
+			panic(err)
+		}
+		s.applyAcceptorBug(n)
+	}
+	n.prop, err = NewProposer(ProposerConfig{
+		ID: n.id, Incarnation: n.inc, Membership: s.m, Clock: n.clock,
+		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
+	})
+	if err != nil {
+		panic(err)
+	}
+	s.applyProposerBug(n)
+	s.tracef("%s starts, incarnation %d, clock rate %.4f", n.id, n.inc, n.clock.rate)
+	if len(n.clients) == 0 {
+		for i := 0; i < s.cfg.Clients; i++ {
+			n.clients = append(n.clients, &simClient{s: s, n: n, id: n.idx*s.cfg.Clients + i})
+		}
+	}
+	for _, c := range n.clients {
+		c.boot()
+	}
+	s.flush(n)
+}
+
+// crash stops a node; it loses everything in memory.
+func (s *sim) crash(n *simNode) {
+	if !n.up {
+		return
+	}
+	s.tracef("%s crashes", n.id)
+	s.stats.Crashes++
+	s.abandon(n)
+	n.up = false
+	n.acc, n.prop = nil, nil
+	n.tickGen++
+	n.tickSet = false
+}
+
+// abandon records that the operations in flight on n will never report:
+// their writes are of unknown outcome.
+func (s *sim) abandon(n *simNode) {
+	for _, c := range n.clients {
+		c.crashed()
+	}
+	// The proposer's own background work ends too, perhaps half done.
+	var ids []OpID
+	for id, x := range n.prop.ops {
+		if x.kind == kindCleanup {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		x := n.prop.ops[id]
+		for _, e := range x.attempted {
+			s.check.addGhost(x.ks.key, -1, n.holderName(), qt.Input{Kind: qt.Cleanup, Holder: n.holderName()},
+				qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: e}, n.clock.realAt(x.started), false, e)
+		}
+	}
+}
+
+// flush sends what a node's state machines want sent, hands results to its
+// clients, and sets its next tick.
+func (s *sim) flush(n *simNode) {
+	for n.up && !s.ended {
+		busy := false
+		if n.acc != nil {
+			ard := n.acc.Ready()
+			for i := range ard.Notifies {
+				nt := ard.Notifies[i]
+				busy = true
+				to := s.node(nt.To)
+				s.send(n, to, func() {
+					if to.prop != nil {
+						to.prop.HandleNotify(&nt)
+						s.flush(to)
+					}
+				})
+			}
+			for i := range ard.CatchUps {
+				req := ard.CatchUps[i]
+				busy = true
+				to := s.node(req.To)
+				s.send(n, to, func() { s.handleCatchUp(to, n, &req) })
+			}
+		}
+		if n.prop == nil || !n.prop.HasReady() {
+			if !busy {
+				break
+			}
+			continue
+		}
+		rd := n.prop.Ready()
+		for i := range rd.Requests {
+			req := rd.Requests[i]
+			to := s.node(req.To)
+			s.send(n, to, func() { s.handleRequest(to, n, &req) })
+		}
+		for _, ev := range rd.Leases {
+			s.check.leaseEvent(n, ev)
+		}
+		for _, res := range rd.Results {
+			s.check.result(n, res)
+		}
+	}
+	s.scheduleTick(n)
+}
+
+func (s *sim) scheduleTick(n *simNode) {
+	if !n.up {
+		return
+	}
+	var local time.Duration
+	ok := false
+	if t, has := n.prop.NextTick(); has {
+		local, ok = t, true
+	}
+	if n.acc != nil {
+		if t, has := n.acc.NextTick(); has && (!ok || t < local) {
+			local, ok = t, true
+		}
+	}
+	if !ok {
+		return
+	}
+	at := max(n.clock.realAt(local), s.now)
+	if n.tickSet && n.tickAt <= at {
+		return
+	}
+	n.tickGen++
+	n.tickAt, n.tickSet = at, true
+	gen := n.tickGen
+	s.at(at, func() {
+		if n.tickGen != gen || !n.up {
+			return
+		}
+		n.tickSet = false
+		if n.acc != nil {
+			n.acc.Tick()
+		}
+		n.prop.Tick()
+		s.flush(n)
+	})
+}
+
+func (s *sim) node(id NodeID) *simNode {
+	var i int
+	fmt.Sscanf(string(id), "n%d", &i)
+	return s.nodes[i]
+}
+
+// send delivers fn at the addressee after a delay, or loses it. A message
+// to a node reaches whatever incarnation of it is up on arrival.
+func (s *sim) send(from, to *simNode, fn func()) {
+	s.stats.Messages++
+	copies := 1
+	if from != to {
+		if s.cut[[2]int{from.idx, to.idx}] {
+			s.stats.Cut++
+			return
+		}
+		if !s.healed && s.rand.Float64() < s.cfg.Drop {
+			s.stats.Dropped++
+			return
+		}
+		if !s.healed && s.rand.Float64() < s.cfg.Dup {
+			s.stats.Duplicated++
+			copies = 2
+		}
+	}
+	for i := 0; i < copies; i++ {
+		s.after(s.delay(from == to), func() {
+			if to.up && !s.ended {
+				fn()
+			}
+		})
+	}
+}
+
+// delay is a network delay with a long tail: mostly a fraction of a
+// millisecond, sometimes tens of milliseconds, rarely a few hundred.
+func (s *sim) delay(local bool) time.Duration {
+	if local {
+		return time.Duration(s.rand.Intn(20)) * time.Microsecond
+	}
+	d := 100*time.Microsecond + time.Duration(s.rand.Intn(900))*time.Microsecond
+	if s.healed {
+		return d
+	}
+	switch x := s.rand.Float64(); {
+	case x < 0.003:
+		s.stats.Delayed++
+		d += 100*time.Millisecond + time.Duration(s.rand.Int63n(int64(300*time.Millisecond)))
+	case x < 0.05:
+		s.stats.Delayed++
+		d += time.Duration(s.rand.ExpFloat64() * float64(10*time.Millisecond))
+	}
+	return d
+}
+
+func (s *sim) handleRequest(to, from *simNode, req *Request) {
+	if to.acc == nil {
+		return
+	}
+	resp := to.acc.HandleRequest(req)
+	s.check.acceptorAnswered(to, req, resp)
+	if s.cfg.Trace {
+		for i, op := range req.Ops {
+			if len(resp.Results) > i {
+				r := resp.Results[i]
+				s.tracef("  %s <- %s %v %q b=%v inc=%d v=%v next=%v: ok=%v why=%d p=%v a=%v v=%v rem=%v me=%d", to.id, from.id, op.Kind, op.Key, op.Ballot, op.Inc, op.Value, op.Next, r.OK, r.Reason, r.Promised, r.Accepted, r.Value, r.Remaining, r.MaxEpoch)
+			} else {
+				s.tracef("  %s <- %s %v %q: status %v", to.id, from.id, op.Kind, op.Key, resp.Status)
+			}
+		}
+	}
+	s.send(to, from, func() {
+		if from.prop != nil {
+			from.prop.Step(resp)
+			s.flush(from)
+		}
+	})
+	s.flush(to)
+}
+
+func (s *sim) handleCatchUp(to, from *simNode, req *CatchUpRequest) {
+	if to.acc == nil {
+		return
+	}
+	resp := to.acc.HandleCatchUp(req)
+	s.send(to, from, func() {
+		if from.acc != nil {
+			was := from.acc.State()
+			from.acc.HandleCatchUpResponse(resp)
+			if was != Live && from.acc.State() == Live {
+				s.tracef("%s is live again (floor only: %v)", from.id, from.acc.FloorOnly())
+				if from.acc.FloorOnly() {
+					s.stats.FloorOnly++
+				}
+			}
+			s.flush(from)
+		}
+	})
+	s.flush(to)
+}
+
+// Faults.
+
+func (s *sim) scheduleFaults() {
+	heal := s.cfg.healAt()
+	if s.cfg.Partitions {
+		for t := s.jitter(time.Second); t < heal; t += s.jitter(2 * time.Second) {
+			s.at(t, s.partition)
+		}
+	}
+	if s.cfg.Crashes {
+		for t := s.jitter(time.Second); t < heal; t += s.jitter(1500 * time.Millisecond) {
+			s.at(t, s.crashOne)
+		}
+	}
+	if s.cfg.FullRestart {
+		t := heal/3 + s.jitter(heal/3)
+		s.at(t, s.fullRestart)
+	}
+}
+
+func (s *sim) jitter(mean time.Duration) time.Duration {
+	return mean/2 + time.Duration(s.rand.Int63n(int64(mean)))
+}
+
+// partition cuts the network for a while: symmetric groups, or one-way
+// cuts from some nodes to others.
+func (s *sim) partition() {
+	if s.healed {
+		return
+	}
+	n := len(s.nodes)
+	perm := s.rand.Perm(n)
+	split := 1 + s.rand.Intn(n-1)
+	a, b := perm[:split], perm[split:]
+	oneWay := s.cfg.OneWay && s.rand.Intn(3) == 0
+	var cuts [][2]int
+	for _, i := range a {
+		for _, j := range b {
+			cuts = append(cuts, [2]int{i, j})
+			if !oneWay {
+				cuts = append(cuts, [2]int{j, i})
+			}
+		}
+	}
+	if oneWay {
+		s.stats.OneWayCuts++
+	} else {
+		s.stats.Partitions++
+	}
+	for _, c := range cuts {
+		s.cut[c] = true
+	}
+	s.tracef("partition %v | %v (one-way %v)", s.names(a), s.names(b), oneWay)
+	s.after(s.jitter(1500*time.Millisecond), func() {
+		for _, c := range cuts {
+			delete(s.cut, c)
+		}
+		s.tracef("partition %v | %v healed", s.names(a), s.names(b))
+	})
+}
+
+func (s *sim) names(idx []int) string {
+	var parts []string
+	for _, i := range idx {
+		parts = append(parts, string(s.nodes[i].id))
+	}
+	return strings.Join(parts, ",")
+}
+
+// crashOne crashes a random node and restarts it later. A voter is crashed
+// only while a majority of voters stays up and live: the state of a
+// majority is what survives; losing it is the full restart, run apart.
+func (s *sim) crashOne() {
+	if s.healed {
+		return
+	}
+	n := s.nodes[s.rand.Intn(len(s.nodes))]
+	if !n.up {
+		return
+	}
+	if n.voter {
+		notLive := 0
+		for _, v := range s.nodes {
+			if v.voter && (!v.up || v.acc.State() != Live) {
+				notLive++
+			}
+		}
+		if notLive+1 > s.cfg.Voters-s.m.Majority() {
+			return
+		}
+	}
+	s.crash(n)
+	s.after(s.jitter(time.Second)/4+time.Duration(s.rand.Int63n(int64(time.Second))), func() {
+		if !n.up && !s.ended {
+			s.start(n)
+		}
+	})
+}
+
+// fullRestart crashes every node at once and starts them again: every
+// register is lost.
+func (s *sim) fullRestart() {
+	if s.healed {
+		return
+	}
+	s.stats.FullRestarts++
+	s.tracef("full restart")
+	for _, n := range s.nodes {
+		s.crash(n)
+	}
+	s.check.era++
+	s.after(50*time.Millisecond+time.Duration(s.rand.Int63n(int64(200*time.Millisecond))), func() {
+		for _, n := range s.nodes {
+			if !n.up {
+				s.start(n)
+			}
+		}
+	})
+}
+
+// heal ends every fault: the network is whole, nothing is lost or late, and
+// every node is up. From here on every waiting client must be served.
+func (s *sim) heal() {
+	s.healed = true
+	s.cut = make(map[[2]int]bool)
+	s.tracef("faults healed")
+	for _, n := range s.nodes {
+		if !n.up {
+			s.start(n)
+		}
+	}
+	s.check.healedAt = s.now
+}

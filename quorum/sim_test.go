@@ -1,0 +1,188 @@
+package quorum
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	simSeed   = flag.Int64("sim.seed", 0, "replay one simulated run with this seed (with -sim.voters and -sim.bug)")
+	simVoters = flag.Int("sim.voters", 3, "voters of the replayed run")
+	simBug    = flag.String("sim.bug", "", "rule broken in the replayed run")
+	simTrace  = flag.String("sim.trace", "", "write the replayed run's whole trace to this file")
+	simSeeds  = flag.Int("sim.seeds", 0, "seeds per voter count in TestSimulation (default 170; LOCKMESH_SOAK sets a duration instead)")
+)
+
+// TestSimulation runs many seeded runs of 3, 5 and 7 voters plus two
+// non-voting proposers through drops, duplicates, long delays, partitions,
+// one-way cuts, crashes and full restarts, checking every invariant at every
+// step, linearizability at the end, and liveness after the faults heal.
+//
+// LOCKMESH_SOAK=30m turns it into a soak: seeds run until the time is up.
+func TestSimulation(t *testing.T) {
+	if *simSeed != 0 {
+		t.Skip("replaying one seed: see TestSimulationReplay")
+	}
+	seeds := 170
+	if *simSeeds > 0 {
+		seeds = *simSeeds
+	}
+	var soak time.Duration
+	if v := os.Getenv("LOCKMESH_SOAK"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("LOCKMESH_SOAK=%q: %v", v, err)
+		}
+		soak = d
+	}
+	type job struct {
+		seed   int64
+		voters int
+	}
+	jobs := make(chan job)
+	var (
+		mu       sync.Mutex
+		runs     int
+		total    simStats
+		failures []string
+		maxWait  time.Duration
+	)
+	var wg sync.WaitGroup
+	for w := 0; w < runtime.GOMAXPROCS(0); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				s := newSim(defaultSimConfig(j.seed, j.voters))
+				s.run()
+				mu.Lock()
+				runs++
+				total = addStats(total, s.stats)
+				maxWait = max(maxWait, s.check.maxWait)
+				if len(s.fail) > 0 {
+					failures = append(failures, failureReport(s))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if soak > 0 {
+			if time.Since(start) > soak {
+				break
+			}
+		} else if i >= seeds {
+			break
+		}
+		for _, v := range []int{3, 5, 7} {
+			jobs <- job{seed: int64(1 + i), voters: v}
+		}
+		mu.Lock()
+		stop := len(failures) >= 3
+		mu.Unlock()
+		if stop {
+			break
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	t.Logf("%d simulated runs in %v; longest wait after heal %v", runs, time.Since(start).Round(time.Millisecond), maxWait)
+	t.Logf("faults and work: %v", total)
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+// TestSimulationReplay replays one seed with a full trace:
+//
+//	go test ./quorum -run TestSimulationReplay -sim.seed=N -sim.voters=V [-sim.bug=B]
+func TestSimulationReplay(t *testing.T) {
+	if *simSeed == 0 {
+		t.Skip("no -sim.seed given")
+	}
+	cfg := defaultSimConfig(*simSeed, *simVoters)
+	cfg.Bug = *simBug
+	cfg.Trace = true
+	s := newSim(cfg)
+	s.run()
+	if *simTrace != "" {
+		if err := os.WriteFile(*simTrace, []byte(strings.Join(s.trace, "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("stats: %v; %v", s.stats, s.check)
+	if len(s.fail) > 0 {
+		t.Log(strings.Join(tail(s.trace, 200), "\n"))
+		t.Fatal(strings.Join(s.fail, "\n"))
+	}
+}
+
+// failureReport names the violation, replays the seed with tracing to show
+// what led to it, and prints the command that replays it.
+func failureReport(s *sim) string {
+	cfg := s.cfg
+	cfg.Trace = true
+	r := newSim(cfg)
+	r.run()
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d, %d voters%s: %s\n", cfg.Seed, cfg.Voters, bugNote(cfg.Bug), s.fail[0])
+	fmt.Fprintf(&b, "replay: go test ./quorum -run TestSimulationReplay -v -sim.seed=%d -sim.voters=%d%s\n",
+		cfg.Seed, cfg.Voters, bugFlag(cfg.Bug))
+	fmt.Fprintf(&b, "trace before the violation:\n%s", strings.Join(tail(r.trace, 40), "\n"))
+	return b.String()
+}
+
+func bugNote(b string) string {
+	if b == "" {
+		return ""
+	}
+	return ", bug " + strconv.Quote(b)
+}
+
+func bugFlag(b string) string {
+	if b == "" {
+		return ""
+	}
+	return " -sim.bug=" + b
+}
+
+func tail(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
+
+func addStats(a, b simStats) simStats {
+	a.Messages += b.Messages
+	a.Dropped += b.Dropped
+	a.Duplicated += b.Duplicated
+	a.Cut += b.Cut
+	a.Delayed += b.Delayed
+	a.Partitions += b.Partitions
+	a.OneWayCuts += b.OneWayCuts
+	a.Crashes += b.Crashes
+	a.FullRestarts += b.FullRestarts
+	a.Grants += b.Grants
+	a.Releases += b.Releases
+	a.Renewals += b.Renewals
+	a.Lost += b.Lost
+	a.Reads += b.Reads
+	a.Writes += b.Writes
+	a.StaleWritesRefused += b.StaleWritesRefused
+	a.LateWrites += b.LateWrites
+	a.Cancels += b.Cancels
+	a.Unknowns += b.Unknowns
+	a.NoQuorum += b.NoQuorum
+	a.Locked += b.Locked
+	a.FloorOnly += b.FloorOnly
+	return a
+}

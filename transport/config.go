@@ -1,0 +1,223 @@
+package transport
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+)
+
+// ErrInvalidConfig is wrapped by every error TCPConfig.Validate returns.
+var ErrInvalidConfig = errors.New("transport: invalid config")
+
+// Defaults used by DefaultTCPConfig and for zero-valued fields.
+const (
+	DefaultPort             = 7947 // next to memberlist's 7946
+	DefaultMaxFrameSize     = 4 << 20
+	DefaultConnsPerPeer     = 1
+	DefaultMaxQueuedBytes   = 16 << 20
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultWriteTimeout     = 10 * time.Second
+	DefaultIdleTimeout      = 2 * time.Minute
+	DefaultHandshakeTimeout = 5 * time.Second
+	maxConnsPerPeer         = 64
+)
+
+// TCPConfig configures a TCP transport. Start from DefaultTCPConfig or
+// DefaultLocalTCPConfig, set Name and Handler, and adjust. Zero-valued
+// numeric fields take the documented default; negative values are invalid.
+type TCPConfig struct {
+	// Name is this node's name, sent in the hello that opens every
+	// connection this transport dials, and passed to the peer's Handler as
+	// "from". 1 to 255 bytes of UTF-8 without control characters. Required.
+	Name string
+
+	// BindAddr is the "host:port" to listen on. Port 0 picks a free port;
+	// Addr then reports the real one. Required: there is no implicit
+	// address.
+	BindAddr string
+
+	// AdvertiseAddr is the "host:port" peers should dial to reach this
+	// node, reported by Addr. Set it when BindAddr is a wildcard or behind
+	// NAT. Empty means the listener's own address.
+	AdvertiseAddr string
+
+	// Handler receives requests and messages from peers. Required.
+	Handler Handler
+
+	// MaxFrameSize bounds a frame's length N (type byte + 8-byte id + body),
+	// in bytes, in both directions: a body may be at most MaxFrameSize-9
+	// bytes. A peer announcing a longer frame is disconnected. Peers should
+	// use the same value. Range 1 KiB to 1 GiB; zero means
+	// DefaultMaxFrameSize (4 MiB).
+	MaxFrameSize int
+
+	// ConnsPerPeer is the number of connections kept to each peer address;
+	// calls are spread over them round-robin. More than one helps only when
+	// a single connection's reader or writer goroutine is the bottleneck.
+	// Range 1 to 64; zero means DefaultConnsPerPeer (1).
+	ConnsPerPeer int
+
+	// MaxQueuedBytes bounds, in bytes, the frames waiting to be written on
+	// one connection; Call and Send fail with ErrQueueFull beyond it. Must be
+	// at least MaxFrameSize+4. Zero means DefaultMaxQueuedBytes (16 MiB), or
+	// MaxFrameSize+4 if that is larger.
+	MaxQueuedBytes int
+
+	// DialTimeout bounds connecting to a peer, including the TLS handshake.
+	// Calls queued on a connection that fails to open fail with
+	// ErrUnreachable. Zero means DefaultDialTimeout (5 s).
+	DialTimeout time.Duration
+
+	// WriteTimeout closes a connection when a write cannot make progress
+	// for this long (the peer stopped reading, or the network is gone).
+	// Deadlines are moved lazily, so a stalled write is detected after
+	// between half of and all of WriteTimeout. Zero means
+	// DefaultWriteTimeout (10 s).
+	WriteTimeout time.Duration
+
+	// IdleTimeout closes an accepted connection that has received no frame
+	// for this long. A dialer stops using a connection it has not sent on
+	// for half of its own IdleTimeout, so that it rarely sends on one the
+	// listener is closing; peers should therefore use the same value. Zero
+	// means DefaultIdleTimeout (2 min).
+	IdleTimeout time.Duration
+
+	// HandshakeTimeout bounds, on an accepted connection, the time until a
+	// valid hello (and, with TLS, the TLS handshake) has been received; the
+	// connection is closed otherwise. Zero means DefaultHandshakeTimeout
+	// (5 s).
+	HandshakeTimeout time.Duration
+
+	// TLS, if set, makes both the listener and every dial use TLS with this
+	// configuration: Certificates serve as the server certificate and, if
+	// the peer asks, the client certificate; RootCAs verify peers' server
+	// certificates; ClientAuth and ClientCAs enable mutual TLS. The
+	// transport clones it and never modifies it. Nil means plain TCP.
+	TLS *tls.Config
+
+	// OnError, if set, is told about every connection closed for a reason
+	// other than an orderly close or Close: rejected frames, failed
+	// handshakes, peers rejected by the handler, write timeouts, I/O errors.
+	// peer is the remote node's name once its hello has been read, and
+	// otherwise the remote network address. It is called from connection
+	// goroutines, possibly concurrently, and must not block. Nil means
+	// nobody is told. Failures of Call are returned to its caller and are
+	// not reported here.
+	OnError func(peer string, err error)
+}
+
+// DefaultTCPConfig returns a configuration for a production node: it
+// listens on all interfaces at DefaultPort and is named after the host.
+// Handler must still be set.
+func DefaultTCPConfig() TCPConfig {
+	name, _ := os.Hostname()
+	return TCPConfig{
+		Name:             name,
+		BindAddr:         fmt.Sprintf("0.0.0.0:%d", DefaultPort),
+		MaxFrameSize:     DefaultMaxFrameSize,
+		ConnsPerPeer:     DefaultConnsPerPeer,
+		MaxQueuedBytes:   DefaultMaxQueuedBytes,
+		DialTimeout:      DefaultDialTimeout,
+		WriteTimeout:     DefaultWriteTimeout,
+		IdleTimeout:      DefaultIdleTimeout,
+		HandshakeTimeout: DefaultHandshakeTimeout,
+	}
+}
+
+// DefaultLocalTCPConfig returns a configuration for nodes on one machine
+// (tests, examples): loopback, a free port, and shorter timeouts.
+func DefaultLocalTCPConfig() TCPConfig {
+	c := DefaultTCPConfig()
+	c.BindAddr = "127.0.0.1:0"
+	c.DialTimeout = time.Second
+	c.WriteTimeout = 2 * time.Second
+	c.HandshakeTimeout = time.Second
+	return c
+}
+
+// Validate reports the first problem with c, wrapping ErrInvalidConfig. It
+// neither modifies c nor panics.
+func (c *TCPConfig) Validate() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil config", ErrInvalidConfig)
+	}
+	if err := checkName(c.Name); err != nil {
+		return fmt.Errorf("%w: Name: %w", ErrInvalidConfig, err)
+	}
+	if c.BindAddr == "" {
+		return fmt.Errorf("%w: BindAddr is empty", ErrInvalidConfig)
+	}
+	if _, _, err := net.SplitHostPort(c.BindAddr); err != nil {
+		return fmt.Errorf("%w: BindAddr: %w", ErrInvalidConfig, err)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := net.SplitHostPort(c.AdvertiseAddr); err != nil {
+			return fmt.Errorf("%w: AdvertiseAddr: %w", ErrInvalidConfig, err)
+		}
+	}
+	if c.Handler == nil {
+		return fmt.Errorf("%w: Handler is nil", ErrInvalidConfig)
+	}
+	if c.MaxFrameSize != 0 && (c.MaxFrameSize < minFrameSize || c.MaxFrameSize > maxFrameSizeLimit) {
+		return fmt.Errorf("%w: MaxFrameSize %d outside [%d, %d]", ErrInvalidConfig, c.MaxFrameSize, minFrameSize, maxFrameSizeLimit)
+	}
+	if c.ConnsPerPeer < 0 || c.ConnsPerPeer > maxConnsPerPeer {
+		return fmt.Errorf("%w: ConnsPerPeer %d outside [1, %d]", ErrInvalidConfig, c.ConnsPerPeer, maxConnsPerPeer)
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
+		return fmt.Errorf("%w: TLS has neither Certificates nor GetCertificate: the listener could not serve", ErrInvalidConfig)
+	}
+	maxFrame := c.MaxFrameSize
+	if maxFrame == 0 {
+		maxFrame = DefaultMaxFrameSize
+	}
+	if c.MaxQueuedBytes < 0 || (c.MaxQueuedBytes != 0 && c.MaxQueuedBytes < maxFrame+lengthPrefixSize) {
+		return fmt.Errorf("%w: MaxQueuedBytes %d below MaxFrameSize+4 (%d)", ErrInvalidConfig, c.MaxQueuedBytes, maxFrame+lengthPrefixSize)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"DialTimeout", c.DialTimeout},
+		{"WriteTimeout", c.WriteTimeout},
+		{"IdleTimeout", c.IdleTimeout},
+		{"HandshakeTimeout", c.HandshakeTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%w: %s is negative (%v)", ErrInvalidConfig, d.name, d.v)
+		}
+	}
+	return nil
+}
+
+// withDefaults returns a copy of c with zero fields replaced by defaults.
+func (c TCPConfig) withDefaults() TCPConfig {
+	if c.MaxFrameSize == 0 {
+		c.MaxFrameSize = DefaultMaxFrameSize
+	}
+	if c.ConnsPerPeer == 0 {
+		c.ConnsPerPeer = DefaultConnsPerPeer
+	}
+	if c.MaxQueuedBytes == 0 {
+		c.MaxQueuedBytes = max(DefaultMaxQueuedBytes, c.MaxFrameSize+lengthPrefixSize)
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = DefaultDialTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.TLS != nil {
+		c.TLS = c.TLS.Clone()
+	}
+	return c
+}

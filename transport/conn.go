@@ -1,0 +1,308 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+const (
+	// readBufferSize is each connection's bufio.Reader size: large enough
+	// that a burst of small frames costs one read system call.
+	readBufferSize = 16 << 10
+	// writeChunk is the most written under one deadline, so that
+	// WriteTimeout means "no progress for that long" even for big queues.
+	writeChunk = 256 << 10
+	// maxKeptQueue is the largest write buffer a connection keeps for reuse
+	// after flushing; a burst of large frames should not pin memory forever.
+	maxKeptQueue = 1 << 20
+)
+
+// errRetired closes a dialed connection that stopped being used because it
+// had idled for half of IdleTimeout. Nobody waits on it when it fires.
+var errRetired = fmt.Errorf("%w: retired after idling", ErrConnClosed)
+
+// conn is one TCP (or TLS) connection, dialed or accepted. Frames to send
+// are appended to queue by any goroutine; a single writer goroutine swaps
+// the queue out and writes it in one go, so frames queued while a write is
+// in progress are coalesced into the next write. A reader goroutine decodes
+// incoming frames: on a dialed connection it completes pending calls, on an
+// accepted one it runs the handler inline and queues the reply.
+type conn struct {
+	t        *TCP
+	outbound bool   // dialed by us (true) or accepted (false)
+	addr     string // dialed address, or remote address of an accepted conn
+	// label names the peer in OnError reports. On an accepted connection
+	// the reader sets it to the peer's name after the hello, before the
+	// writer goroutine starts; nothing else writes it.
+	label string
+
+	wake chan struct{} // capacity 1: the queue became non-empty, or a retired conn may be done
+	done chan struct{} // closed once err is set
+
+	dead     atomic.Bool  // err != nil, readable without the lock
+	retiring atomic.Bool  // retired, readable without the lock
+	lastSend atomic.Int64 // t.now() when a frame was last queued (dialed side)
+
+	mu      sync.Mutex
+	nc      net.Conn         // nil while a dialed connection is still connecting
+	queue   []byte           // encoded frames not yet handed to the writer
+	err     error            // why the connection failed; nil while usable
+	pending map[uint64]*call // dialed side: calls waiting for their reply
+	nextID  uint64           // dialed side: last request id used
+	retired bool             // dialed side: take no new frames; close when drained
+
+	scratch       [lengthPrefixSize + frameHeaderSize]byte // reader's header buffer
+	writeDeadline time.Time                                // writer's current deadline
+}
+
+func newConn(t *TCP, outbound bool, addr string, nc net.Conn) *conn {
+	c := &conn{
+		t:        t,
+		outbound: outbound,
+		addr:     addr,
+		label:    addr,
+		nc:       nc,
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	if outbound {
+		c.pending = make(map[uint64]*call)
+	}
+	return c
+}
+
+// enqueue appends a frame to the write queue. With cl non-nil the frame is
+// a request: it gets a fresh id and cl is registered to receive the reply.
+// Otherwise id is used as given. It fails without queueing anything if the
+// connection has failed or retired (the caller may then use another
+// connection: nothing was sent) or if the queue is full.
+func (c *conn) enqueue(typ byte, id uint64, body []byte, cl *call) (uint64, error) {
+	size := lengthPrefixSize + frameHeaderSize + len(body)
+	c.mu.Lock()
+	switch {
+	case c.err != nil:
+		err := c.err
+		c.mu.Unlock()
+		return 0, err
+	case c.retired:
+		c.mu.Unlock()
+		return 0, errRetired
+	case len(c.queue)+size > c.t.cfg.MaxQueuedBytes:
+		queued := len(c.queue)
+		c.mu.Unlock()
+		return 0, fmt.Errorf("%w: %d bytes already queued to %s", ErrQueueFull, queued, c.label)
+	}
+	if cl != nil {
+		c.nextID++
+		id = c.nextID
+		c.pending[id] = cl
+	}
+	wasEmpty := len(c.queue) == 0
+	c.queue = appendFrame(c.queue, typ, id, body)
+	c.mu.Unlock()
+	if c.outbound {
+		c.lastSend.Store(c.t.now())
+	}
+	if wasEmpty {
+		c.signal()
+	}
+	return id, nil
+}
+
+// signal wakes the writer without blocking; one pending wake-up is enough
+// because the writer takes the whole queue each time it wakes.
+func (c *conn) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeLoop is the connection's only writer. It runs until the connection
+// fails.
+func (c *conn) writeLoop() {
+	var spare []byte
+	for {
+		select {
+		case <-c.wake:
+		case <-c.done:
+			return
+		}
+		c.mu.Lock()
+		buf := c.queue
+		c.queue = spare[:0]
+		c.mu.Unlock()
+		if len(buf) > 0 {
+			if err := c.write(buf); err != nil {
+				c.abort(err, true)
+				return
+			}
+		}
+		if cap(buf) > maxKeptQueue {
+			buf = nil
+		}
+		spare = buf[:0]
+		if c.retiring.Load() && c.maybeFinishRetired() {
+			return
+		}
+	}
+}
+
+// write writes buf in chunks, each of which must complete within
+// WriteTimeout. Moving a deadline costs a timer update, so it is only moved
+// when less than half of WriteTimeout remains: each chunk gets between
+// half of and all of WriteTimeout.
+func (c *conn) write(buf []byte) error {
+	timeout := c.t.cfg.WriteTimeout
+	for len(buf) > 0 {
+		n := min(len(buf), writeChunk)
+		if now := time.Now(); c.writeDeadline.Sub(now) < timeout/2 {
+			c.writeDeadline = now.Add(timeout)
+			if err := c.nc.SetWriteDeadline(c.writeDeadline); err != nil {
+				return err
+			}
+		}
+		m, err := c.nc.Write(buf[:n])
+		buf = buf[m:]
+		if err != nil {
+			if isTimeout(err) {
+				return fmt.Errorf("%w: write made no progress for %v: %w", ErrTimeout, timeout, err)
+			}
+			return fmt.Errorf("transport: write: %w", err)
+		}
+	}
+	return nil
+}
+
+// cancel forgets a call whose caller gave up. It reports whether cl was
+// still registered; if not, a result has been or is being sent on cl.ch.
+func (c *conn) cancel(id uint64, cl *call) bool {
+	c.mu.Lock()
+	mine := c.pending[id] == cl
+	if mine {
+		delete(c.pending, id)
+	}
+	drained := c.retired && len(c.pending) == 0
+	c.mu.Unlock()
+	if drained {
+		c.signal()
+	}
+	return mine
+}
+
+// takePending removes and returns the call waiting for id, if any.
+func (c *conn) takePending(id uint64) (cl *call, drained bool) {
+	c.mu.Lock()
+	cl = c.pending[id]
+	if cl != nil {
+		delete(c.pending, id)
+	}
+	drained = c.retired && len(c.pending) == 0
+	c.mu.Unlock()
+	return cl, drained
+}
+
+// retire stops new frames from being queued; the writer closes the
+// connection once the queue is flushed and no call is waiting.
+func (c *conn) retire() {
+	c.mu.Lock()
+	c.retired = true
+	c.retiring.Store(true)
+	c.mu.Unlock()
+	c.signal()
+}
+
+func (c *conn) maybeFinishRetired() bool {
+	c.mu.Lock()
+	finished := c.retired && len(c.queue) == 0 && len(c.pending) == 0
+	c.mu.Unlock()
+	if finished {
+		c.abort(errRetired, false)
+	}
+	return finished
+}
+
+// usable reports whether new frames should go to this dialed connection.
+func (c *conn) usable(now int64) bool {
+	return !c.dead.Load() && now-c.lastSend.Load() < int64(c.t.retireAfter)
+}
+
+// abort fails the connection with reason and, if this was the first
+// failure and report is set, tells OnError.
+func (c *conn) abort(reason error, report bool) {
+	if c.fail(reason) && report {
+		c.t.report(c.label, reason)
+	}
+}
+
+// fail closes the connection, fails its pending calls and forgets it. Only
+// the first call has any effect; it reports whether it was the first.
+func (c *conn) fail(reason error) bool {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return false
+	}
+	c.err = reason
+	c.dead.Store(true)
+	pending := c.pending
+	c.pending = nil
+	c.queue = nil
+	nc := c.nc
+	c.mu.Unlock()
+
+	close(c.done)
+	if nc != nil {
+		_ = nc.Close() // unblocks the reader; the error says nothing new
+	}
+	c.t.forget(c)
+	if len(pending) > 0 {
+		err := reason
+		if !errors.Is(err, ErrClosed) && !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrConnClosed) {
+			err = fmt.Errorf("%w: %s: %w", ErrConnClosed, c.addr, reason)
+		}
+		for _, cl := range pending {
+			cl.ch <- result{err: err}
+		}
+	}
+	return true
+}
+
+// readFailed classifies the error that ended a read loop. A clean EOF
+// between frames and an idle timeout are orderly closes; anything else is
+// reported.
+func (c *conn) readFailed(err error, idle bool) {
+	switch {
+	case errors.Is(err, io.EOF):
+		c.abort(fmt.Errorf("%w: closed by %s", ErrConnClosed, c.label), false)
+	case idle && isTimeout(err):
+		c.abort(fmt.Errorf("%w: idle for %v", ErrConnClosed, c.t.cfg.IdleTimeout), false)
+	case errors.Is(err, ErrMalformedFrame) || errors.Is(err, ErrFrameTooLarge):
+		c.abort(err, true)
+	default:
+		c.abort(fmt.Errorf("transport: read: %w", err), true)
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// call is a Call waiting for its reply. Calls are pooled: a call goes back
+// to the pool only when nobody else can still send on ch.
+type call struct {
+	ch chan result // capacity 1: the one result is never blocked on
+}
+
+type result struct {
+	body []byte
+	err  error
+}
+
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan result, 1)} }}

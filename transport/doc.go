@@ -1,0 +1,102 @@
+// Package transport carries lockmesh's ballot traffic between nodes: small
+// request/reply exchanges (Call) and one-way notices (Send) with opaque
+// byte bodies, which the caller encodes (lockmesh uses msgpack).
+//
+// memberlist's SendReliable dials a new TCP connection per message (about
+// 240 µs on loopback); a quorum round needs tens of microseconds, so the
+// ballots get this transport, and nodes advertise its address in their
+// memberlist metadata.
+//
+// # Implementations
+//
+// TCP keeps persistent connections to each peer address (ConnsPerPeer of
+// them, dialed lazily and redialed after a failure) and multiplexes calls
+// over them by request id. Any number of goroutines may call at once.
+//
+//	cfg := transport.DefaultLocalTCPConfig() // or DefaultTCPConfig() in production
+//	cfg.Name = "node-1"
+//	cfg.Handler = myHandler                  // answers peers' requests
+//	t, err := transport.NewTCP(cfg)
+//	if err != nil { ... }
+//	defer t.Close()
+//	reply, err := t.Call(ctx, peerAddr, body) // waits for the reply or ctx
+//	err = t.Send(peerAddr, notice)            // queues and returns
+//
+// Network and MemTransport are an in-memory implementation for tests of
+// code built on Transport, with reproducible fault injection: partitions,
+// one-way cuts, loss, duplication, delay and the reordering it causes.
+//
+//	net := transport.NewNetwork(seed)
+//	a, _ := net.Listen("a", handlerA)
+//	b, _ := net.Listen("b", handlerB)
+//	net.Partition([]string{"a"}, []string{"b"}) // a and b cannot talk
+//	net.Heal()
+//
+// # Delivery
+//
+// Call and Send are at most once: nothing is ever retransmitted once it may
+// have reached the peer. A Call that returns nil error ran the peer's
+// handler exactly once. A Call that fails with ErrUnreachable,
+// ErrFrameTooLarge or ErrQueueFull was not sent; one that fails with
+// ErrConnClosed, ErrClosed (the local transport closed while it waited) or
+// its context's error may or may not have run the handler: the caller must
+// find out (lockmesh resolves such outcomes with a read, see DESIGN.md §3).
+// A *RemoteError means the handler ran and failed. Nothing is promised
+// about order.
+//
+// # Bad input
+//
+// Input from the network is never trusted. A frame longer than
+// MaxFrameSize is refused from its length prefix, before its body is read;
+// no allocation is sized by an unchecked length, and a body's buffer grows
+// with the bytes that actually arrive. Anything malformed (short or
+// unknown frames, a first frame that is not a valid hello within
+// HandshakeTimeout, a frame type that the receiving side never expects)
+// closes that connection only, is reported to TCPConfig.OnError, and leaves
+// the listener and every other connection serving. A handler refuses a
+// peer by returning an error wrapping ErrRejectPeer, which closes the
+// peer's connection.
+//
+// # Wire format
+//
+// A connection is a stream of frames:
+//
+//	+----------------+--------+----------------+-----------+
+//	| length: uint32 | type:1 | id: uint64     | body      |
+//	+----------------+--------+----------------+-----------+
+//	  big endian       byte     big endian       length-9 bytes
+//
+// length counts the type, id and body (9 ≤ length ≤ MaxFrameSize). Types:
+// 1 hello, 2 request, 3 reply, 4 error reply, 5 one-way message. The dialer
+// opens with a hello (id 0, body = protocol version byte 1, then its node
+// name: 1 to 255 bytes of UTF-8 without control characters) and then sends
+// requests (fresh non-zero ids) and messages (id 0). The listener sends only
+// replies and error replies (body = the handler's error text), each
+// carrying its request's id. A connection carries calls one way only; a
+// node that is also called by its peer answers on the connection its peer
+// dialed.
+//
+// # Performance design
+//
+// Each dialed connection has one writer goroutine and one reader
+// goroutine. Callers append encoded frames to the connection's queue under
+// a mutex; the writer takes the whole queue and writes it with one system
+// call, so frames queued during a write are coalesced into the next one.
+// Callers never block on the socket, and a Call whose context ends returns
+// at once; its late reply is skipped by the reader without being buffered.
+// An accepted connection's reader runs the handler inline (handlers must
+// be fast) and queues the reply to that connection's writer. TCP_NODELAY
+// is set. A Call allocates only its reply body; call records and their
+// channels are pooled.
+//
+// A listener closes connections idle for IdleTimeout; a dialer stops using
+// a connection it has not sent on for half of its IdleTimeout, so that it
+// rarely sends a request into a connection the listener is closing.
+//
+// # TLS
+//
+// With TCPConfig.TLS set, the listener and every dial use TLS with that
+// configuration (certificates, roots, and ClientAuth/ClientCAs for mutual
+// TLS). The node name in the hello is not checked against the peer's
+// certificate; a Handler that needs that binding must enforce it.
+package transport

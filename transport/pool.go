@@ -1,0 +1,218 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+)
+
+// peerConns holds the dialed connections to one peer address. A slot holds
+// the connection new frames go to; a failed or retired connection in a slot
+// is replaced lazily by the next frame for that slot.
+type peerConns struct {
+	slots []atomic.Pointer[conn]
+	next  atomic.Uint32 // round-robin cursor when ConnsPerPeer > 1
+}
+
+// enqueue queues a frame to addr on a pooled connection, dialing one if
+// needed. If the chosen connection turns out to have failed (or retired)
+// before the frame was queued, nothing was sent, so it tries once more on a
+// fresh connection.
+func (t *TCP) enqueue(addr string, typ byte, body []byte, cl *call) (*conn, uint64, error) {
+	for attempt := 0; ; attempt++ {
+		c, err := t.getConn(addr)
+		if err != nil {
+			return nil, 0, err
+		}
+		id, err := c.enqueue(typ, 0, body, cl)
+		if err == nil {
+			return c, id, nil
+		}
+		switch {
+		case errors.Is(err, ErrQueueFull) || errors.Is(err, ErrClosed) || errors.Is(err, ErrUnreachable):
+			return nil, 0, err
+		case attempt > 0:
+			// A brand-new connection failed before our frame was queued:
+			// nothing was sent, which is what ErrUnreachable says.
+			return nil, 0, fmt.Errorf("%w: %s: %w", ErrUnreachable, addr, err)
+		}
+	}
+}
+
+// getConn returns a usable dialed connection to addr, starting a new one
+// if the slot's connection is missing, failed or idle for too long. The
+// common case takes only a read lock and two atomic loads.
+func (t *TCP) getConn(addr string) (*conn, error) {
+	t.mu.RLock()
+	p, closed := t.peers[addr], t.closed
+	t.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if p == nil {
+		p = t.addPeer(addr)
+	}
+	slot := &p.slots[0]
+	if n := uint32(len(p.slots)); n > 1 {
+		slot = &p.slots[p.next.Add(1)%n]
+	}
+	now := t.now()
+	if c := slot.Load(); c != nil && c.usable(now) {
+		return c, nil
+	}
+	return t.replaceConn(slot, addr, now)
+}
+
+func (t *TCP) addPeer(addr string) *peerConns {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.peers[addr]
+	if p == nil {
+		p = &peerConns{slots: make([]atomic.Pointer[conn], t.cfg.ConnsPerPeer)}
+		t.peers[addr] = p
+	}
+	return p
+}
+
+// replaceConn puts a new connection in slot unless another goroutine did
+// so first. An idle predecessor is retired rather than closed: a call may
+// still be waiting on it.
+func (t *TCP) replaceConn(slot *atomic.Pointer[conn], addr string, now int64) (*conn, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, ErrClosed
+	}
+	old := slot.Load()
+	if old != nil {
+		if old.usable(now) {
+			return old, nil
+		}
+		if !old.dead.Load() {
+			old.retire()
+		}
+	}
+	c := newConn(t, true, addr, nil)
+	c.queue = appendFrame(c.queue, frameHello, 0, t.hello)
+	c.signal() // the queue is not empty: frames queued next will not signal
+	c.lastSend.Store(now)
+	// Inline version of track: we already hold mu.
+	t.conns[c] = struct{}{}
+	t.wg.Add(1)
+	go c.dialAndServe()
+	slot.Store(c)
+	return c, nil
+}
+
+// dialAndServe connects, then becomes the connection's writer after
+// starting its reader. Frames queued meanwhile (the hello first) go out in
+// the first write.
+func (c *conn) dialAndServe() {
+	defer c.t.wg.Done()
+	nc, err := c.t.dial(c.addr)
+	if err != nil {
+		c.t.dialFailures.Add(1)
+		c.fail(fmt.Errorf("%w: %s: %w", ErrUnreachable, c.addr, err))
+		return
+	}
+	c.mu.Lock()
+	if c.err != nil { // closed while dialing
+		c.mu.Unlock()
+		_ = nc.Close()
+		return
+	}
+	c.nc = nc
+	c.mu.Unlock()
+
+	c.t.wg.Add(1) // we are counted, so this cannot race with Close's Wait
+	go c.readReplies()
+	c.writeLoop()
+}
+
+// dial opens a connection within DialTimeout (TLS handshake included).
+func (t *TCP) dial(addr string) (net.Conn, error) {
+	t.dials.Add(1)
+	ctx, cancel := context.WithTimeout(t.dialCtx, t.cfg.DialTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	setNoDelay(nc)
+	if t.cfg.TLS == nil {
+		return nc, nil
+	}
+	cfg := t.cfg.TLS
+	if cfg.ServerName == "" {
+		// Verify the peer's certificate against the host we dialed, as
+		// tls.Dial does.
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+		cfg = cfg.Clone()
+		cfg.ServerName = host
+	}
+	tc := tls.Client(nc, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = nc.Close()
+		return nil, fmt.Errorf("tls handshake: %w", err)
+	}
+	return tc, nil
+}
+
+// setNoDelay turns off Nagle's algorithm: the writer already coalesces
+// frames, and delaying a lone small request would cost a round trip.
+func setNoDelay(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true) // Go's default already; failure only costs latency
+	}
+}
+
+// readReplies is the reader of a dialed connection: it matches replies to
+// pending calls by id. A reply nobody waits for (its caller gave up) is
+// skipped without being buffered. Anything but a reply is a protocol
+// violation that closes the connection.
+func (c *conn) readReplies() {
+	defer c.t.wg.Done()
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
+	for {
+		h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+		if err != nil {
+			c.readFailed(err, false)
+			return
+		}
+		if h.typ != frameReply && h.typ != frameError {
+			c.abort(fmt.Errorf("%w: frame type %d from a listener", ErrMalformedFrame, h.typ), true)
+			return
+		}
+		cl, drained := c.takePending(h.id)
+		if cl == nil {
+			if _, err := br.Discard(h.bodyLen); err != nil {
+				c.readFailed(noEOF(err), false)
+				return
+			}
+			continue
+		}
+		body, err := readBody(br, h.bodyLen)
+		if err != nil {
+			cl.ch <- result{err: fmt.Errorf("%w: %s: reading reply: %w", ErrConnClosed, c.addr, err)}
+			c.readFailed(err, false)
+			return
+		}
+		if h.typ == frameError {
+			cl.ch <- result{err: &RemoteError{Addr: c.addr, Message: string(body)}}
+		} else {
+			cl.ch <- result{body: body}
+		}
+		if drained {
+			c.signal()
+		}
+	}
+}

@@ -1,0 +1,188 @@
+package transport
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+const (
+	// Accept errors other than a closed listener (out of file descriptors,
+	// usually) are retried after a pause that doubles up to a limit, as
+	// net/http does, instead of spinning or giving up.
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// acceptLoop accepts connections until the listener is closed.
+func (t *TCP) acceptLoop() {
+	defer t.wg.Done()
+	var backoff time.Duration
+	for {
+		nc, err := t.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			t.report(t.addr, fmt.Errorf("transport: accept: %w", err))
+			pause := time.NewTimer(backoff)
+			select {
+			case <-pause.C:
+				continue
+			case <-t.done:
+				pause.Stop()
+				return
+			}
+		}
+		backoff = 0
+		setNoDelay(nc)
+		if t.cfg.TLS != nil {
+			// The TLS handshake runs inside the first read, under the
+			// handshake deadline set by serve.
+			nc = tls.Server(nc, t.cfg.TLS)
+		}
+		c := newConn(t, false, nc.RemoteAddr().String(), nc)
+		if !t.track(c) {
+			_ = nc.Close()
+			return
+		}
+		go c.serve()
+	}
+}
+
+// serve is the reader of an accepted connection. It checks the hello, then
+// starts the writer and runs the handler inline for each frame: handlers
+// are required to be fast, and running them here saves a goroutine hand-off
+// per request.
+func (c *conn) serve() {
+	defer c.t.wg.Done()
+	br := bufio.NewReaderSize(c.nc, readBufferSize)
+	name, err := c.readHello(br)
+	if err != nil {
+		c.abort(err, true)
+		return
+	}
+	c.label = name // before the writer starts: it reads label
+	c.t.wg.Add(1)  // we are counted, so this cannot race with Close's Wait
+	go func() {
+		defer c.t.wg.Done()
+		c.writeLoop()
+	}()
+
+	idle := c.t.cfg.IdleTimeout
+	// Re-arming a deadline per frame costs a timer update; re-arm only
+	// after an eighth of the idle time has passed, so a connection is
+	// closed after between 7/8 and 1 IdleTimeout of silence.
+	armed := time.Now()
+	if err := c.nc.SetReadDeadline(armed.Add(idle)); err != nil {
+		c.abort(err, true)
+		return
+	}
+	for {
+		h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+		if err != nil {
+			c.readFailed(err, true)
+			return
+		}
+		switch h.typ {
+		case frameRequest:
+			if !c.handleRequest(br, h) {
+				return
+			}
+		case frameMessage:
+			body, err := readBody(br, h.bodyLen)
+			if err != nil {
+				c.readFailed(err, true)
+				return
+			}
+			c.t.cfg.Handler.HandleMessage(name, body)
+		default:
+			c.abort(fmt.Errorf("%w: frame type %d from a dialer", ErrMalformedFrame, h.typ), true)
+			return
+		}
+		if now := time.Now(); now.Sub(armed) > idle/8 {
+			armed = now
+			if err := c.nc.SetReadDeadline(now.Add(idle)); err != nil {
+				c.abort(err, true)
+				return
+			}
+		}
+	}
+}
+
+// readHello reads the first frame, which must be a valid hello arriving
+// within HandshakeTimeout (TLS handshake included).
+func (c *conn) readHello(br *bufio.Reader) (string, error) {
+	timeout := c.t.cfg.HandshakeTimeout
+	// Both directions: a TLS handshake writes too. The writer moves the
+	// write deadline before its first write.
+	if err := c.nc.SetDeadline(time.Now().Add(timeout)); err != nil {
+		return "", err
+	}
+	h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+	switch {
+	case isTimeout(err):
+		return "", fmt.Errorf("%w: no hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
+	case err != nil:
+		return "", fmt.Errorf("%w: %w", ErrHandshake, err)
+	case h.typ != frameHello:
+		return "", fmt.Errorf("%w: %w: first frame has type %d, want hello", ErrHandshake, ErrMalformedFrame, h.typ)
+	case h.bodyLen > 1+maxNameLen:
+		return "", fmt.Errorf("%w: %w: hello of %d bytes", ErrHandshake, ErrMalformedFrame, h.bodyLen)
+	}
+	body, err := readBody(br, h.bodyLen)
+	if isTimeout(err) {
+		return "", fmt.Errorf("%w: no hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	name, err := parseHello(body)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	return name, nil
+}
+
+// handleRequest runs the handler for one request and queues its answer.
+// It reports false if the connection was closed.
+func (c *conn) handleRequest(br *bufio.Reader, h frameHeader) bool {
+	body, err := readBody(br, h.bodyLen)
+	if err != nil {
+		c.readFailed(err, true)
+		return false
+	}
+	reply, herr := c.t.cfg.Handler.HandleRequest(c.label, body)
+	typ := frameReply
+	switch {
+	case errors.Is(herr, ErrRejectPeer):
+		c.abort(fmt.Errorf("handler: %w", herr), true)
+		return false
+	case herr != nil:
+		typ, reply = frameError, errorBody(herr, c.t.maxBody)
+	case len(reply) > c.t.maxBody:
+		err := fmt.Errorf("%w: reply of %d bytes, limit %d", ErrFrameTooLarge, len(reply), c.t.maxBody)
+		c.t.report(c.label, err)
+		typ, reply = frameError, errorBody(err, c.t.maxBody)
+	}
+	if _, err := c.enqueue(typ, h.id, reply, nil); err != nil {
+		// The peer does not read its replies (queue full) or the
+		// connection just failed; either way it is done.
+		c.abort(err, true)
+		return false
+	}
+	return true
+}
+
+// errorBody is the text of a handler error, cut to fit in a frame.
+func errorBody(err error, limit int) []byte {
+	msg := err.Error()
+	if len(msg) > limit {
+		msg = msg[:limit]
+	}
+	return []byte(msg)
+}

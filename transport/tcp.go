@@ -1,0 +1,205 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var _ Transport = (*TCP)(nil)
+
+// TCP is a Transport over persistent TCP (optionally TLS) connections. See
+// the package documentation for its design and wire format.
+type TCP struct {
+	cfg         TCPConfig
+	maxBody     int           // MaxFrameSize minus the type and id
+	retireAfter time.Duration // a dialed conn idle this long gets replaced
+	hello       []byte        // body of the hello frame we send
+	ln          net.Listener
+	addr        string
+	start       time.Time // monotonic origin for now()
+
+	// dialCtx ends in-progress dials when the transport closes.
+	dialCtx    context.Context
+	cancelDial context.CancelFunc
+	done       chan struct{} // closed by Close
+
+	mu     sync.RWMutex
+	closed bool
+	peers  map[string]*peerConns // dialed connections by address
+	conns  map[*conn]struct{}    // every live connection, for Close
+
+	// wg counts every goroutine the transport starts. Add is only called
+	// with mu held and closed false, or by a goroutine already counted, so
+	// Close's Wait never races with an Add from zero.
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	dials, dialFailures, rejected atomic.Uint64
+}
+
+// TCPStats is a snapshot of a TCP transport's connections, for tests and
+// operators.
+type TCPStats struct {
+	OutboundConns int    // dialed connections open or connecting now
+	InboundConns  int    // accepted connections open now
+	Dials         uint64 // connection attempts made so far
+	DialFailures  uint64 // attempts that failed to connect
+	Rejected      uint64 // connections closed for bad input or by the handler
+}
+
+// NewTCP validates cfg, starts listening on cfg.BindAddr and returns the
+// transport. It makes no outgoing connection until the first Call or Send.
+func NewTCP(cfg TCPConfig) (*TCP, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen on %s: %w", cfg.BindAddr, err)
+	}
+	t := &TCP{
+		cfg:         cfg,
+		maxBody:     cfg.MaxFrameSize - frameHeaderSize,
+		retireAfter: cfg.IdleTimeout / 2,
+		hello:       appendHello(nil, cfg.Name),
+		ln:          ln,
+		addr:        ln.Addr().String(),
+		start:       time.Now(),
+		done:        make(chan struct{}),
+		peers:       make(map[string]*peerConns),
+		conns:       make(map[*conn]struct{}),
+	}
+	if cfg.AdvertiseAddr != "" {
+		t.addr = cfg.AdvertiseAddr
+	}
+	t.dialCtx, t.cancelDial = context.WithCancel(context.Background())
+	t.wg.Add(1)
+	go t.acceptLoop()
+	return t, nil
+}
+
+// Addr returns AdvertiseAddr if set, else the listener's address (with the
+// real port when BindAddr asked for port 0).
+func (t *TCP) Addr() string { return t.addr }
+
+// Call implements Transport.Call.
+func (t *TCP) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+	if len(body) > t.maxBody {
+		return nil, fmt.Errorf("%w: body of %d bytes, limit %d", ErrFrameTooLarge, len(body), t.maxBody)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cl := callPool.Get().(*call)
+	c, id, err := t.enqueue(addr, frameRequest, body, cl)
+	if err != nil {
+		callPool.Put(cl)
+		return nil, err
+	}
+	select {
+	case r := <-cl.ch:
+		callPool.Put(cl)
+		return r.body, r.err
+	case <-ctx.Done():
+		if c.cancel(id, cl) {
+			callPool.Put(cl)
+		}
+		return nil, ctx.Err()
+	}
+}
+
+// Send implements Transport.Send. It never waits for a connection to be
+// made: frames queue on a connection that is still dialing and are lost if
+// the dial fails.
+func (t *TCP) Send(addr string, body []byte) error {
+	if len(body) > t.maxBody {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrFrameTooLarge, len(body), t.maxBody)
+	}
+	_, _, err := t.enqueue(addr, frameMessage, body, nil)
+	return err
+}
+
+// Close implements Transport.Close.
+func (t *TCP) Close() error {
+	var err error
+	t.closeOnce.Do(func() {
+		t.mu.Lock()
+		t.closed = true
+		conns := make([]*conn, 0, len(t.conns))
+		for c := range t.conns {
+			conns = append(conns, c)
+		}
+		t.mu.Unlock()
+
+		close(t.done)
+		t.cancelDial()
+		if cerr := t.ln.Close(); cerr != nil {
+			err = fmt.Errorf("transport: close listener: %w", cerr)
+		}
+		for _, c := range conns {
+			c.fail(ErrClosed)
+		}
+		t.wg.Wait()
+	})
+	return err
+}
+
+// Stats returns a snapshot of the transport's connections and counters.
+func (t *TCP) Stats() TCPStats {
+	s := TCPStats{
+		Dials:        t.dials.Load(),
+		DialFailures: t.dialFailures.Load(),
+		Rejected:     t.rejected.Load(),
+	}
+	t.mu.RLock()
+	for c := range t.conns {
+		if c.outbound {
+			s.OutboundConns++
+		} else {
+			s.InboundConns++
+		}
+	}
+	t.mu.RUnlock()
+	return s
+}
+
+// track registers a new connection and counts the goroutine that will
+// serve it. It fails once the transport is closed.
+func (t *TCP) track(c *conn) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.conns[c] = struct{}{}
+	t.wg.Add(1)
+	return true
+}
+
+// forget drops a failed connection from the set Close must close.
+func (t *TCP) forget(c *conn) {
+	t.mu.Lock()
+	delete(t.conns, c)
+	t.mu.Unlock()
+}
+
+// report passes a connection failure to OnError and counts rejections.
+func (t *TCP) report(peer string, err error) {
+	if errors.Is(err, ErrMalformedFrame) || errors.Is(err, ErrFrameTooLarge) ||
+		errors.Is(err, ErrHandshake) || errors.Is(err, ErrRejectPeer) {
+		t.rejected.Add(1)
+	}
+	if t.cfg.OnError != nil {
+		t.cfg.OnError(peer, err)
+	}
+}
+
+// now is a monotonic clock reading in nanoseconds, cheap to store
+// atomically.
+func (t *TCP) now() int64 { return int64(time.Since(t.start)) }

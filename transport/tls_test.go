@@ -1,0 +1,110 @@
+package transport
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"math/big"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// selfSignedTLS returns a mutual-TLS config: one self-signed certificate
+// for 127.0.0.1 that every node presents and trusts, as a server and as a
+// client.
+func selfSignedTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "lockmesh test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}},
+		RootCAs:      pool,
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS13,
+	}
+}
+
+func TestTCPWithMutualTLS(t *testing.T) {
+	noGoroutineLeak(t)
+	cfg := selfSignedTLS(t)
+	log := newErrorLog()
+	server := newTCP(t, "server", echo, func(c *TCPConfig) { c.TLS = cfg; c.OnError = log.record })
+	client := newTCP(t, "client", echo, func(c *TCPConfig) { c.TLS = cfg })
+
+	if reply := mustCall(t, client, server.Addr(), []byte("over tls")); string(reply) != "over tls" {
+		t.Fatalf("reply %q", reply)
+	}
+
+	// The listener really speaks TLS: a raw TLS dial with the same trust
+	// completes a handshake.
+	conn, err := tls.Dial("tcp", server.Addr(), cfg)
+	if err != nil {
+		t.Fatalf("tls.Dial: %v", err)
+	}
+	conn.Close()
+
+	t.Run("plain client refused", func(t *testing.T) {
+		plain := newTCP(t, "plain", echo, nil)
+		if _, err := plain.Call(callCtx(t), server.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
+			t.Fatalf("err %v, want ErrConnClosed", err)
+		}
+		log.waitUntil(t, "about a TLS record header", func(err error) bool {
+			var rh tls.RecordHeaderError
+			return errors.Is(err, ErrHandshake) && errors.As(err, &rh)
+		})
+	})
+	t.Run("client with an untrusted certificate refused", func(t *testing.T) {
+		// It trusts the server, but presents a certificate the server
+		// does not trust.
+		untrusted := cfg.Clone()
+		untrusted.Certificates = selfSignedTLS(t).Certificates
+		stranger := newTCP(t, "stranger", echo, func(c *TCPConfig) { c.TLS = untrusted })
+		_, err := stranger.Call(callCtx(t), server.Addr(), []byte("x"))
+		if !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrConnClosed) {
+			t.Fatalf("err %v, want the call to fail", err)
+		}
+		log.waitUntil(t, "about the client's certificate", func(err error) bool {
+			return errors.Is(err, ErrHandshake) && strings.Contains(err.Error(), "certificate")
+		})
+	})
+	t.Run("server not trusted", func(t *testing.T) {
+		other := selfSignedTLS(t)
+		wary := newTCP(t, "wary", echo, func(c *TCPConfig) { c.TLS = other })
+		_, err := wary.Call(callCtx(t), server.Addr(), []byte("x"))
+		var unknownAuthority x509.UnknownAuthorityError
+		if !errors.Is(err, ErrUnreachable) || !errors.As(err, &unknownAuthority) {
+			t.Fatalf("err %v, want ErrUnreachable caused by an unknown authority", err)
+		}
+	})
+	mustCall(t, client, server.Addr(), []byte("still serving"))
+}

@@ -1,0 +1,58 @@
+package transport
+
+import "context"
+
+// Handler receives what peers send. It must be safe for concurrent use and
+// must not block for long: the TCP transport runs it on the goroutine that
+// reads the connection, so a slow handler delays every later frame on that
+// connection.
+//
+// The handler owns body: the transport never touches the slice again, so the
+// handler may keep or modify it. A reply returned by HandleRequest is owned
+// by the transport from the moment it is returned; the handler must not
+// modify it afterwards.
+type Handler interface {
+	// HandleRequest answers a Call from the node named from (the name the
+	// peer sent in its hello; it is not authenticated unless TLS client
+	// certificates are checked). Returning an error that wraps ErrRejectPeer
+	// closes the connection the request came on and sends no reply (use it
+	// for unknown peers or bad input); any other error is sent back to the
+	// caller, who receives it as a *RemoteError.
+	HandleRequest(from string, body []byte) ([]byte, error)
+
+	// HandleMessage receives a one-way Send from the node named from.
+	HandleMessage(from string, body []byte)
+}
+
+// Transport carries opaque byte bodies between nodes. The caller encodes
+// them; the transport adds framing and request/reply matching only.
+//
+// No ordering is promised between frames, not even between two Sends to the
+// same address: callers that need an order must carry it in their bodies.
+// Bodies passed to Call and Send may be reused by the caller as soon as the
+// method returns.
+type Transport interface {
+	// Call sends body to the node listening at addr and waits for its reply
+	// or until ctx ends. Delivery is at most once: the request is never
+	// retransmitted after it may have reached the peer. A nil error means the
+	// peer's handler ran and the returned slice (owned by the caller) is its
+	// reply. If ctx ends first, Call returns ctx.Err() promptly and a late
+	// reply is dropped; the handler may or may not have run. See the package
+	// errors for how to tell "not sent" from "outcome unknown".
+	Call(ctx context.Context, addr string, body []byte) ([]byte, error)
+
+	// Send queues body for one-way, at-most-once, best-effort delivery to
+	// addr and returns without waiting for the peer (and without waiting for
+	// a connection to be made). A nil error does not mean the message will be
+	// delivered: it can be lost with its connection, and nobody is told.
+	Send(addr string, body []byte) error
+
+	// Addr is the address peers use to reach this transport.
+	Addr() string
+
+	// Close stops listening, fails pending calls with ErrClosed, closes
+	// connections and waits for the transport's goroutines to exit; once it
+	// returns, the handler is not called again. Close is idempotent. It must
+	// not be called from inside a Handler method (it would wait for itself).
+	Close() error
+}
