@@ -270,7 +270,9 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	// (ballots are unique to one proposer): a duplicate, or the prepare of a
 	// ballot promised through an accept's Next. Answering it again is safe.
 	r.promise = op.Ballot
-	if op.Watch && from != "" {
+	if op.Watch && from != "" && left > 0 {
+		// Only a waiter that finds a live lease here waits on this
+		// acceptor; one that finds the key free here is about to take it.
 		a.watch(op.Key, r, from, now, left)
 	}
 	return Result{
@@ -342,6 +344,10 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		// of a later epoch is chosen only once no earlier lease is live,
 		// so no live lease loses its protection here.)
 		r.hasTimer = false
+	}
+	if v.Held && v.Lease == op.Ballot && !same {
+		// A new grant: its holder waits no more.
+		r.watchers = slices.DeleteFunc(r.watchers, func(w NodeID) bool { return w == v.Holder })
 	}
 	r.accepted = op.Ballot
 	r.value = v

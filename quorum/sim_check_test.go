@@ -165,6 +165,9 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 
 // quorumOK checks I5 for a decision.
 func (k *simChecker) quorumOK(n *simNode, res OpResult) {
+	if k.s.cfg.skipI5 {
+		return
+	}
 	m := k.s.m
 	seen := make(map[NodeID]bool)
 	for _, id := range res.Quorum {

@@ -39,6 +39,11 @@ type simClient struct {
 
 	grant   *grantRec
 	stalled bool
+
+	// A scripted client acts only when a test tells it to, and holds each
+	// grant for hold.
+	scripted bool
+	holdTime time.Duration
 }
 
 func (c *simClient) holder() string { return c.n.holderName() }
@@ -58,7 +63,9 @@ func (c *simClient) boot() {
 	c.gen++
 	c.state = cIdle
 	c.grant, c.stalled = nil, false
-	c.later(c.think(), c.act)
+	if !c.scripted {
+		c.later(c.think(), c.act)
+	}
 }
 
 func (c *simClient) think() time.Duration {
@@ -72,7 +79,9 @@ func (c *simClient) idle() {
 	}
 	c.state = cIdle
 	c.grant, c.stalled = nil, false
-	c.later(c.think(), c.act)
+	if !c.scripted {
+		c.later(c.think(), c.act)
+	}
 }
 
 func (c *simClient) pickKey() string {
@@ -87,47 +96,20 @@ func (c *simClient) pickKey() string {
 func (c *simClient) act() {
 	s := c.s
 	key := c.pickKey()
-	now := c.n.clock.Now()
-	c.key, c.called = key, s.now
 	if s.rand.Float64() < 0.15 {
-		id, err := c.n.prop.Read(key, 0)
-		if err != nil {
-			s.failf("read %q: %v", key, err)
-			return
-		}
-		c.state, c.op = cReading, id
-		c.n.ops[id] = c
-		c.hist = s.check.history().Call(key, c.id, qt.Input{Kind: qt.Read, Holder: c.holder()}, int64(s.now))
-		s.stats.Reads++
+		c.read(key)
 		return
 	}
-	c.wait = s.rand.Float64() < 0.6
-	opts := AcquireOptions{
-		TTL:        s.cfg.TTL,
-		HolderTTL:  s.cfg.holderTTL(),
-		RenewEvery: s.cfg.TTL / 3,
-		Notice:     s.cfg.Notice,
-		Wait:       c.wait,
-	}
-	if c.wait {
-		opts.Deadline = now + time.Second + time.Duration(s.rand.Int63n(int64(3*time.Second)))
+	wait := s.rand.Float64() < 0.6
+	var budget time.Duration
+	if wait {
+		budget = time.Second + time.Duration(s.rand.Int63n(int64(3*time.Second)))
 		if s.healed {
-			opts.Deadline = now + time.Hour
+			budget = time.Hour
 		}
 	}
-	id, err := c.n.prop.Acquire(key, opts)
-	if err != nil {
-		s.failf("acquire %q: %v", key, err)
-		return
-	}
-	s.tracef("c%d on %s acquires %q (op %d, wait %v)", c.id, c.n.id, key, id, c.wait)
-	c.state, c.op = cAcquiring, id
-	c.n.ops[id] = c
-	c.hist = s.check.history().Call(key, c.id, qt.Input{Kind: qt.Acquire, Holder: c.holder()}, int64(s.now))
-	if s.healed {
-		s.check.pending[c] = s.now
-	}
-	if c.wait && !s.healed && s.rand.Float64() < 0.08 {
+	id := c.acquire(key, wait, budget)
+	if wait && id != 0 && !s.healed && s.rand.Float64() < 0.08 {
 		c.later(time.Duration(s.rand.Int63n(int64(500*time.Millisecond))), func() {
 			if c.state == cAcquiring && c.op == id {
 				s.stats.Cancels++
@@ -135,6 +117,50 @@ func (c *simClient) act() {
 			}
 		})
 	}
+}
+
+// read starts a linearizable read of key.
+func (c *simClient) read(key string) {
+	s := c.s
+	c.key, c.called = key, s.now
+	id, err := c.n.prop.Read(key, 0)
+	if err != nil {
+		s.failf("read %q: %v", key, err)
+		return
+	}
+	c.state, c.op = cReading, id
+	c.n.ops[id] = c
+	c.hist = s.check.history().Call(key, c.id, qt.Input{Kind: qt.Read, Holder: c.holder()}, int64(s.now))
+	s.stats.Reads++
+}
+
+// acquire starts taking key: waiting for it up to budget, or trying once.
+func (c *simClient) acquire(key string, wait bool, budget time.Duration) OpID {
+	s := c.s
+	c.key, c.called, c.wait = key, s.now, wait
+	opts := AcquireOptions{
+		TTL:        s.cfg.TTL,
+		HolderTTL:  s.cfg.holderTTL(),
+		RenewEvery: s.cfg.TTL / 3,
+		Notice:     s.cfg.Notice,
+		Wait:       wait,
+	}
+	if wait {
+		opts.Deadline = c.n.clock.Now() + budget
+	}
+	id, err := c.n.prop.Acquire(key, opts)
+	if err != nil {
+		s.failf("acquire %q: %v", key, err)
+		return 0
+	}
+	s.tracef("c%d on %s acquires %q (op %d, wait %v)", c.id, c.n.id, key, id, wait)
+	c.state, c.op = cAcquiring, id
+	c.n.ops[id] = c
+	c.hist = s.check.history().Call(key, c.id, qt.Input{Kind: qt.Acquire, Holder: c.holder()}, int64(s.now))
+	if s.healed {
+		s.check.pending[c] = s.now
+	}
+	return id
 }
 
 // onResult takes the result of the client's operation.
@@ -203,6 +229,9 @@ func (c *simClient) hold() {
 	if s.healed {
 		holdFor = min(holdFor, 50*time.Millisecond)
 	}
+	if c.scripted {
+		holdFor = c.holdTime
+	}
 	g := c.grant
 	var write func()
 	write = func() {
@@ -213,7 +242,7 @@ func (c *simClient) hold() {
 		c.later(time.Duration(10+s.rand.Intn(60))*time.Millisecond, write)
 	}
 	c.later(time.Millisecond, write)
-	if !s.healed && s.rand.Float64() < 0.05 {
+	if !s.healed && !c.scripted && s.rand.Float64() < 0.05 {
 		stallAt := time.Duration(s.rand.Int63n(int64(holdFor) + 1))
 		stall := 500*time.Millisecond + time.Duration(s.rand.Int63n(int64(2*time.Second)))
 		c.later(stallAt, func() {

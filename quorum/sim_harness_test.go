@@ -32,6 +32,8 @@ type simConfig struct {
 	RoundTimeout time.Duration
 
 	Drop, Dup    float64
+	// LongTail is the share of messages delayed 100-400ms (default 0.003).
+	LongTail float64
 	Partitions   bool
 	OneWay       bool
 	Crashes      bool
@@ -40,8 +42,15 @@ type simConfig struct {
 	LivenessSlop time.Duration
 
 	Bug string // a rule broken on purpose (sim_bugs_test.go)
+	// Script, when set, replaces the random clients: it schedules what
+	// the clients do; Delay, when set, chooses each message's delay
+	// (returning false leaves it to chance).
+	Script func(s *sim)
+	Delay  func(s *sim, from, to *simNode) (time.Duration, bool)
 	// Trace keeps a readable log of every step (slow; used on replay).
 	Trace bool
+	// skipI5 sets the quorum check aside, to show what else a bug breaks.
+	skipI5 bool
 }
 
 func defaultSimConfig(seed int64, voters int) simConfig {
@@ -252,6 +261,9 @@ func (s *sim) run0() {
 		s.start(n)
 	}
 	s.scheduleFaults()
+	if s.cfg.Script != nil {
+		s.cfg.Script(s)
+	}
 	s.at(s.cfg.healAt(), s.heal)
 	s.at(s.cfg.Duration, func() { s.ended = true })
 	for len(s.events) > 0 && !s.ended {
@@ -298,7 +310,7 @@ func (s *sim) start(n *simNode) {
 	s.tracef("%s starts, incarnation %d, clock rate %.4f", n.id, n.inc, n.clock.rate)
 	if len(n.clients) == 0 {
 		for i := 0; i < s.cfg.Clients; i++ {
-			n.clients = append(n.clients, &simClient{s: s, n: n, id: n.idx*s.cfg.Clients + i})
+			n.clients = append(n.clients, &simClient{s: s, n: n, id: n.idx*s.cfg.Clients + i, scripted: s.cfg.Script != nil})
 		}
 	}
 	for _, c := range n.clients {
@@ -454,7 +466,13 @@ func (s *sim) send(from, to *simNode, fn func()) {
 		}
 	}
 	for i := 0; i < copies; i++ {
-		s.after(s.delay(from == to), func() {
+		d := s.delay(from == to)
+		if s.cfg.Delay != nil {
+			if fixed, ok := s.cfg.Delay(s, from, to); ok {
+				d = fixed
+			}
+		}
+		s.after(d, func() {
 			if to.up && !s.ended {
 				fn()
 			}
@@ -472,11 +490,15 @@ func (s *sim) delay(local bool) time.Duration {
 	if s.healed {
 		return d
 	}
+	tail := s.cfg.LongTail
+	if tail == 0 {
+		tail = 0.003
+	}
 	switch x := s.rand.Float64(); {
-	case x < 0.003:
+	case x < tail:
 		s.stats.Delayed++
 		d += 100*time.Millisecond + time.Duration(s.rand.Int63n(int64(300*time.Millisecond)))
-	case x < 0.05:
+	case x < tail+0.047:
 		s.stats.Delayed++
 		d += time.Duration(s.rand.ExpFloat64() * float64(10*time.Millisecond))
 	}

@@ -1,0 +1,20 @@
+package mesh
+
+import "time"
+
+// clock is the mesh's quorum.Clock: monotonic time since the mesh started
+// (Go's time.Since reads the monotonic clock), and the wall clock only for
+// the epoch floor.
+type clock struct{ start time.Time }
+
+func newClock() *clock { return &clock{start: time.Now()} }
+
+func (c *clock) Now() time.Duration { return time.Since(c.start) }
+
+func (c *clock) WallMicros() int64 { return time.Now().UnixMicro() }
+
+// at converts a time on the mesh clock to a time.Time.
+func (c *clock) at(d time.Duration) time.Time { return c.start.Add(d) }
+
+// since converts a time.Time to the mesh clock.
+func (c *clock) since(t time.Time) time.Duration { return t.Sub(c.start) }

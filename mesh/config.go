@@ -1,0 +1,259 @@
+package mesh
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-metrics"
+	"github.com/hashicorp/memberlist"
+	"github.com/lockmesh/lockmesh/lease"
+	"github.com/lockmesh/lockmesh/transport"
+)
+
+// Config configures a Mesh. Start from DefaultConfig (a LAN) or
+// DefaultLocalConfig (one machine, short timers), change what you need, and
+// pass it to New, which checks it with Validate. A Config must not be
+// changed once passed to New.
+type Config struct {
+	// Name identifies this node in the mesh: unique among every node that
+	// ever joins it, and stable across restarts of the same replica (a
+	// voter is a name). Zero means the host name.
+	Name string
+
+	// BindAddr and BindPort are where gossip (memberlist, TCP and UDP)
+	// listens. BindPort zero picks a free port (tests; see Status for the
+	// one picked). AdvertiseAddr and AdvertisePort, when set, are what
+	// other nodes are told to use instead (NAT, containers).
+	BindAddr      string
+	BindPort      int
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// RPCAddr is where the ballot transport listens ("host:port"). Empty
+	// means BindAddr with port BindPort+1 (or a free port when BindPort is
+	// zero). The address peers dial is published in gossip metadata.
+	RPCAddr string
+	// RPCAdvertise, when set, is the ballot address peers are told to dial.
+	RPCAdvertise string
+
+	// Seeds are gossip addresses ("host:port") of nodes to join at start
+	// and to rejoin while any of them is missing. Empty: start alone.
+	Seeds []string
+
+	// Voters names the nodes whose majority grants locks: the same list on
+	// every node (order does not matter), this node included or not. Nodes
+	// not listed still take locks; they just do not vote. Exactly one of
+	// Voters and BootstrapExpect must be set.
+	Voters []string
+	// BootstrapExpect, instead of Voters, makes this node a voter and
+	// waits until exactly that many voters (nodes started with the same
+	// BootstrapExpect) see each other; their names then become the voter
+	// configuration. No lock is granted before. Set the same value (1, 3,
+	// 5 or 7) on every voter; use Voters on the other nodes, or nothing
+	// (they learn the configuration from the voters).
+	BootstrapExpect int
+
+	// Timing sets the default lease TTL and the clock-rate error ρ the
+	// mesh is safe under (see package lease). Every node must use the same
+	// Drift.
+	Timing lease.Timing
+	// MaxTTL is the longest TTL an Acquire may ask for (WithTTL). A voter
+	// that restarts without its state refuses to vote for about this long.
+	// Zero means Timing.TTL.
+	MaxTTL time.Duration
+
+	// RoundTimeout is how long one ballot round waits for a majority
+	// before it is retried. Zero means 250ms (DefaultConfig) or 50ms
+	// (DefaultLocalConfig). It must leave time to renew: below the
+	// holder's duration less the notice margin.
+	RoundTimeout time.Duration
+
+	// RejoinInterval is how often the node rejoins seeds and last-known
+	// voters that gossip does not show alive, so that a partition longer
+	// than memberlist's dead-node gossip heals by itself. Zero means 30s
+	// (DefaultConfig) or 1s (DefaultLocalConfig); negative disables it.
+	RejoinInterval time.Duration
+
+	// MaxKeyLength bounds a lock key in bytes. Zero means 512.
+	MaxKeyLength int
+	// MaxOpsPerMessage bounds the operations one ballot message may
+	// carry; larger batches are split. Zero means 16384.
+	MaxOpsPerMessage int
+
+	// TLS, when set, secures the ballot transport (listen and dial). Use a
+	// configuration with client certificates required for mutual TLS.
+	TLS *tls.Config
+	// MaxFrameSize bounds one ballot message on the wire. Zero means 4 MiB.
+	MaxFrameSize int
+
+	// Logger receives the mesh's logs, memberlist's included. Nil means
+	// silent.
+	Logger hclog.Logger
+	// MetricSink receives the mesh's metrics (acquire and renew latency,
+	// leases held and lost, quorum failures, messages and bytes), labelled
+	// with the node name. Nil means none. (memberlist reports to go-metrics'
+	// global instance; point it at the same sink with metrics.NewGlobal to
+	// see both.)
+	MetricSink metrics.MetricSink
+
+	// Memberlist, when set, is used as the base gossip configuration
+	// (encryption keys, labels, probe timing). Name, addresses, delegates
+	// and logger are set by the mesh.
+	Memberlist *memberlist.Config
+
+	// Transport, when set, builds the ballot transport instead of TCP; the
+	// mesh passes its handler. Tests use it to run over an in-memory
+	// network with faults.
+	Transport func(name string, h transport.Handler) (transport.Transport, error)
+
+	// Seed seeds the mesh's random source (retry jitter). Zero means the
+	// time.
+	Seed int64
+
+	local bool // DefaultLocalConfig: smaller defaults
+}
+
+// DefaultConfig returns settings for a mesh spread over a LAN: gossip on
+// port 7946, ballots on 7947, a 10-second lease TTL, 1% clock-rate error.
+func DefaultConfig() *Config {
+	host, _ := os.Hostname()
+	return &Config{
+		Name:     host,
+		BindAddr: "0.0.0.0",
+		BindPort: 7946,
+		Timing:   lease.DefaultTiming(),
+	}
+}
+
+// DefaultLocalConfig returns settings for nodes on one machine (loopback):
+// free ports, a 1-second TTL and short timers. Use it for tests and demos.
+func DefaultLocalConfig() *Config {
+	host, _ := os.Hostname()
+	return &Config{
+		Name:     host,
+		BindAddr: "127.0.0.1",
+		BindPort: 0,
+		Timing:   lease.LocalTiming(),
+		local:    true,
+	}
+}
+
+// Validate reports what is wrong with c, if anything. It neither changes c
+// nor panics.
+func (c *Config) Validate() error {
+	if c == nil {
+		return fmt.Errorf("%w: nil config", ErrInvalidConfig)
+	}
+	if c.Name == "" {
+		return fmt.Errorf("%w: no node name", ErrInvalidConfig)
+	}
+	if len(c.Name) > 255 {
+		return fmt.Errorf("%w: node name of %d bytes (limit 255)", ErrInvalidConfig, len(c.Name))
+	}
+	if c.BindPort < 0 || c.BindPort > 65535 || c.AdvertisePort < 0 || c.AdvertisePort > 65535 {
+		return fmt.Errorf("%w: port out of range", ErrInvalidConfig)
+	}
+	if c.BindAddr != "" && net.ParseIP(c.BindAddr) == nil {
+		return fmt.Errorf("%w: BindAddr %q is not an IP address", ErrInvalidConfig, c.BindAddr)
+	}
+	if c.RPCAddr != "" {
+		if _, _, err := net.SplitHostPort(c.RPCAddr); err != nil {
+			return fmt.Errorf("%w: RPCAddr %q: %v", ErrInvalidConfig, c.RPCAddr, err)
+		}
+	}
+	switch {
+	case len(c.Voters) > 0 && c.BootstrapExpect > 0:
+		return fmt.Errorf("%w: set Voters or BootstrapExpect, not both", ErrInvalidConfig)
+	case c.BootstrapExpect < 0 || c.BootstrapExpect > maxVoters:
+		return fmt.Errorf("%w: BootstrapExpect %d outside [1, %d]", ErrInvalidConfig, c.BootstrapExpect, maxVoters)
+	case len(c.Voters) > maxVoters:
+		return fmt.Errorf("%w: %d voters (limit %d)", ErrInvalidConfig, len(c.Voters), maxVoters)
+	}
+	seen := make(map[string]bool, len(c.Voters))
+	for _, v := range c.Voters {
+		if v == "" || seen[v] {
+			return fmt.Errorf("%w: voter %q empty or listed twice", ErrInvalidConfig, v)
+		}
+		seen[v] = true
+	}
+	if err := c.Timing.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if c.MaxTTL != 0 && c.MaxTTL < c.Timing.TTL {
+		return fmt.Errorf("%w: MaxTTL %v below the default TTL %v", ErrInvalidConfig, c.MaxTTL, c.Timing.TTL)
+	}
+	if c.MaxTTL > lease.MaxTTL {
+		return fmt.Errorf("%w: MaxTTL %v above %v", ErrInvalidConfig, c.MaxTTL, lease.MaxTTL)
+	}
+	if rt := c.roundTimeout(); rt <= 0 || rt >= c.Timing.HolderTTL()-c.Timing.NoticeMargin {
+		return fmt.Errorf("%w: round timeout %v leaves no time to renew a lease of %v (notice %v)",
+			ErrInvalidConfig, rt, c.Timing.HolderTTL(), c.Timing.NoticeMargin)
+	}
+	if c.MaxKeyLength < 0 || c.MaxOpsPerMessage < 0 || c.MaxFrameSize < 0 {
+		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// maxVoters bounds a voter configuration: beyond 7, every grant waits on
+// more round trips than a lock is worth.
+const maxVoters = 9
+
+func (c *Config) roundTimeout() time.Duration {
+	switch {
+	case c.RoundTimeout != 0:
+		return c.RoundTimeout
+	case c.local:
+		return 50 * time.Millisecond
+	}
+	return 250 * time.Millisecond
+}
+
+func (c *Config) rejoinInterval() time.Duration {
+	switch {
+	case c.RejoinInterval != 0:
+		return c.RejoinInterval
+	case c.local:
+		return time.Second
+	}
+	return 30 * time.Second
+}
+
+func (c *Config) maxTTL() time.Duration {
+	if c.MaxTTL != 0 {
+		return c.MaxTTL
+	}
+	return c.Timing.TTL
+}
+
+func (c *Config) limits() limits {
+	l := limits{maxOps: c.MaxOpsPerMessage, maxKeyLen: c.MaxKeyLength, maxKeys: 1 << 16, maxEntry: 1 << 16}
+	if l.maxOps == 0 {
+		l.maxOps = 16384
+	}
+	if l.maxKeyLen == 0 {
+		l.maxKeyLen = 512
+	}
+	return l
+}
+
+// rpcBind is where the ballot transport listens.
+func (c *Config) rpcBind(gossipPort int) string {
+	if c.RPCAddr != "" {
+		return c.RPCAddr
+	}
+	host := c.BindAddr
+	if host == "" {
+		host = "0.0.0.0"
+	}
+	port := 0
+	if c.BindPort != 0 {
+		port = c.BindPort + 1
+	}
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}

@@ -1,0 +1,365 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lockmesh/lockmesh/quorum"
+	"github.com/lockmesh/lockmesh/transport"
+)
+
+// The engine drives the two state machines of package quorum: the proposer
+// (this node's acquires, renewals, releases and reads) under propMu, the
+// acceptor (this node's votes) under accMu. Lock order: propMu, then accMu;
+// nothing that holds accMu takes propMu.
+
+// outcome is what a waiting caller receives.
+type outcome struct {
+	res   quorum.OpResult
+	lease *Lease // for a grant
+	err   error
+}
+
+// drive runs fn on the proposer, then does everything the proposer wants
+// done: answers its own requests to this node's acceptor at once, sends the
+// others, hands results to waiting callers, and updates leases.
+func (m *Mesh) drive(fn func(p *quorum.Proposer)) {
+	m.propMu.Lock()
+	defer m.propMu.Unlock()
+	if m.prop == nil {
+		return
+	}
+	if fn != nil {
+		fn(m.prop)
+	}
+	for m.prop.HasReady() {
+		rd := m.prop.Ready()
+		for _, ev := range rd.Leases {
+			m.leaseEvent(ev)
+		}
+		for _, res := range rd.Results {
+			m.result(res)
+		}
+		for i := range rd.Requests {
+			req := &rd.Requests[i]
+			if req.To == m.name {
+				if resp := m.localRequest(req); resp != nil {
+					m.prop.Step(resp)
+				}
+				continue
+			}
+			m.sendRequest(req)
+		}
+	}
+	if at, ok := m.prop.NextTick(); ok && at < m.armed {
+		m.kickTimer()
+	}
+}
+
+// localRequest hands a request of this node's proposer to its own acceptor.
+func (m *Mesh) localRequest(req *quorum.Request) *quorum.Response {
+	m.accMu.Lock()
+	if m.acc == nil {
+		m.accMu.Unlock()
+		return nil
+	}
+	resp := m.acc.HandleRequest(req)
+	ard := m.acc.Ready()
+	m.accMu.Unlock()
+	m.acceptorReady(ard, true)
+	return resp
+}
+
+// sendRequest sends a request to another voter and steps its answer. Large
+// batches go in several messages.
+func (m *Mesh) sendRequest(req *quorum.Request) {
+	addr, ok := m.book.rpcAddr(string(req.To))
+	if !ok {
+		m.incr("send.unknown_peer", 1)
+		return // not seen in gossip yet: its votes will be missing this round
+	}
+	for len(req.Ops) > 0 {
+		part := *req
+		n := min(len(req.Ops), m.lim.maxOps)
+		part.Ops, req.Ops = req.Ops[:n:n], req.Ops[n:]
+		body, err := encode(kindRequest, &part)
+		if err != nil {
+			m.log.Error("encoding a ballot request", "error", err)
+			return
+		}
+		m.incr("messages.sent", 1)
+		m.incr("bytes.sent", float32(len(body)))
+		go m.call(addr, body)
+	}
+}
+
+func (m *Mesh) call(addr string, body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.roundTimeout())
+	defer cancel()
+	reply, err := m.tr.Call(ctx, addr, body)
+	if err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
+			m.log.Debug("ballot call failed", "peer", addr, "error", err)
+		}
+		return
+	}
+	m.incr("bytes.received", float32(len(reply)))
+	var resp quorum.Response
+	if err := decode(reply, kindResponse, &resp); err != nil {
+		m.log.Warn("bad ballot response", "peer", addr, "error", err)
+		return
+	}
+	if err := m.lim.checkResponse(&resp); err != nil {
+		m.log.Warn("bad ballot response", "peer", addr, "error", err)
+		return
+	}
+	m.drive(func(p *quorum.Proposer) { p.Step(&resp) })
+}
+
+// acceptorReady sends what the acceptor wants sent. Notifies to this node
+// go straight to its proposer: underProp says whether propMu is held.
+func (m *Mesh) acceptorReady(ard quorum.AcceptorReady, underProp bool) {
+	for i := range ard.Notifies {
+		n := &ard.Notifies[i]
+		if n.To == m.name {
+			if underProp {
+				m.prop.HandleNotify(n)
+			} else {
+				go m.drive(func(p *quorum.Proposer) { p.HandleNotify(n) })
+			}
+			continue
+		}
+		addr, ok := m.book.rpcAddr(string(n.To))
+		if !ok {
+			continue
+		}
+		body, err := encode(kindNotify, n)
+		if err == nil {
+			m.incr("messages.sent", 1)
+			_ = m.tr.Send(addr, body)
+		}
+	}
+	for i := range ard.CatchUps {
+		req := ard.CatchUps[i]
+		addr, ok := m.book.rpcAddr(string(req.To))
+		if !ok {
+			continue
+		}
+		body, err := encode(kindCatchUp, &req)
+		if err != nil {
+			continue
+		}
+		go m.catchUpCall(addr, body)
+	}
+}
+
+func (m *Mesh) catchUpCall(addr string, body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
+	defer cancel()
+	reply, err := m.tr.Call(ctx, addr, body)
+	if err != nil {
+		return
+	}
+	var resp quorum.CatchUpResponse
+	if err := decode(reply, kindCatchUpReply, &resp); err != nil {
+		m.log.Warn("bad catch-up response", "peer", addr, "error", err)
+		return
+	}
+	if err := m.lim.checkCatchUpReply(&resp); err != nil {
+		m.log.Warn("bad catch-up response", "peer", addr, "error", err)
+		return
+	}
+	m.accMu.Lock()
+	was := m.acc.State()
+	m.acc.HandleCatchUpResponse(&resp)
+	now := m.acc.State()
+	floor := m.acc.FloorOnly()
+	ard := m.acc.Ready()
+	m.accMu.Unlock()
+	if was != quorum.Live && now == quorum.Live {
+		if floor {
+			m.log.Warn("voting again; a majority of voters had lost their state at once, so fencing tokens rest on the wall clock")
+		} else {
+			m.log.Info("voting again, caught up")
+		}
+	}
+	m.acceptorReady(ard, false)
+	m.kickTimer()
+}
+
+// handler answers the ballot transport.
+type handler struct{ m *Mesh }
+
+// errUnknownPeer refuses a node gossip has never shown.
+var errUnknownPeer = fmt.Errorf("mesh: unknown peer: %w", transport.ErrRejectPeer)
+
+func (h handler) HandleRequest(from string, body []byte) ([]byte, error) {
+	m := h.m
+
+	if !m.book.known(from) {
+		m.incr("rpc.unknown_peer", 1)
+		m.log.Warn("refusing a ballot message from an unknown node", "peer", from)
+		return nil, errUnknownPeer
+	}
+	m.incr("messages.received", 1)
+	m.incr("bytes.received", float32(len(body)))
+	if len(body) == 0 {
+		return nil, fmt.Errorf("%w: empty body: %w", errMalformed, transport.ErrRejectPeer)
+	}
+	switch body[0] {
+	case kindRequest:
+		return m.handleRequest(from, body)
+	case kindCatchUp:
+		return m.handleCatchUp(from, body)
+	}
+	m.incr("rpc.malformed", 1)
+	return nil, fmt.Errorf("%w: kind %d: %w", errMalformed, body[0], transport.ErrRejectPeer)
+}
+
+func (m *Mesh) refuse(from string, err error) ([]byte, error) {
+	m.incr("rpc.malformed", 1)
+	m.log.Warn("refusing a malformed ballot message", "peer", from, "error", err)
+	return nil, fmt.Errorf("%w: %w", err, transport.ErrRejectPeer)
+}
+
+func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
+	var req quorum.Request
+	if err := decode(body, kindRequest, &req); err != nil {
+		return m.refuse(from, err)
+	}
+	if err := m.lim.checkRequest(&req); err != nil {
+		return m.refuse(from, err)
+	}
+	if string(req.From) != from {
+		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
+	}
+	m.accMu.Lock()
+	if m.acc == nil {
+		m.accMu.Unlock()
+		return nil, fmt.Errorf("mesh: %s does not vote", m.name)
+	}
+	resp := m.acc.HandleRequest(&req)
+	ard := m.acc.Ready()
+	m.accMu.Unlock()
+	if resp.Status == quorum.StatusWrongConfig {
+		m.incr("rpc.wrong_config", 1)
+		m.log.Warn("a node uses another voter configuration", "peer", from, "theirs", req.Config)
+	}
+	m.acceptorReady(ard, false)
+	m.kickTimer()
+	return encode(kindResponse, resp)
+}
+
+func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
+	var req quorum.CatchUpRequest
+	if err := decode(body, kindCatchUp, &req); err != nil {
+		return m.refuse(from, err)
+	}
+	if string(req.From) != from {
+		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
+	}
+	m.accMu.Lock()
+	if m.acc == nil {
+		m.accMu.Unlock()
+		return nil, fmt.Errorf("mesh: %s does not vote", m.name)
+	}
+	resp := m.acc.HandleCatchUp(&req)
+	m.accMu.Unlock()
+	return encode(kindCatchUpReply, resp)
+}
+
+func (h handler) HandleMessage(from string, body []byte) {
+	m := h.m
+	if !m.book.known(from) {
+		m.incr("rpc.unknown_peer", 1)
+		return
+	}
+	m.incr("messages.received", 1)
+	var n quorum.Notify
+	if err := decode(body, kindNotify, &n); err != nil {
+		m.incr("rpc.malformed", 1)
+		m.log.Warn("ignoring a malformed notification", "peer", from, "error", err)
+		return
+	}
+	if err := m.lim.checkNotify(&n); err != nil || string(n.From) != from {
+		m.incr("rpc.malformed", 1)
+		return
+	}
+	m.drive(func(p *quorum.Proposer) { p.HandleNotify(&n) })
+}
+
+// timerLoop ticks the state machines when their timers are due.
+func (m *Mesh) timerLoop() {
+	defer m.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		next := m.nextTick()
+		wait := next - m.clock.Now()
+		if wait < 0 {
+			wait = 0
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C:
+			default:
+			}
+		}
+		t.Reset(wait)
+		select {
+		case <-m.closed:
+			return
+		case <-m.kick:
+			continue
+		case <-t.C:
+		}
+		m.tick()
+	}
+}
+
+// nextTick is when either state machine next needs a tick (an hour away if
+// neither does; a kick comes when that changes).
+func (m *Mesh) nextTick() time.Duration {
+	next := m.clock.Now() + time.Hour
+	m.accMu.Lock()
+	if m.acc != nil {
+		if at, ok := m.acc.NextTick(); ok && at < next {
+			next = at
+		}
+	}
+	m.accMu.Unlock()
+	m.propMu.Lock()
+	if m.prop != nil {
+		if at, ok := m.prop.NextTick(); ok && at < next {
+			next = at
+		}
+	}
+	m.armed = next
+	m.propMu.Unlock()
+	return next
+}
+
+func (m *Mesh) tick() {
+	m.accMu.Lock()
+	var ard quorum.AcceptorReady
+	if m.acc != nil {
+		was := m.acc.State()
+		m.acc.Tick()
+		ard = m.acc.Ready()
+		if was == quorum.Quarantined && m.acc.State() != quorum.Quarantined {
+			m.log.Info("quarantine over; catching up from the other voters")
+		}
+	}
+	m.accMu.Unlock()
+	m.acceptorReady(ard, false)
+	m.drive(func(p *quorum.Proposer) { p.Tick() })
+}
+
+func (m *Mesh) kickTimer() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,51 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLocked: the key is held by another lease (TryAcquire). The error
+	// is a *LockedError naming the holder.
+	ErrLocked = errors.New("mesh: lock held")
+	// ErrNoQuorum: no majority of the voters answered in time. The lock
+	// may or may not be free; nothing was granted to this caller.
+	ErrNoQuorum = errors.New("mesh: no quorum")
+	// ErrLeaseLost: the lease ended without a release: renewal failed, or
+	// the grant was taken over after it expired.
+	ErrLeaseLost = errors.New("mesh: lease lost")
+	// ErrReleased: the lease was released (Lease.Err after Release).
+	ErrReleased = errors.New("mesh: lease released")
+	// ErrClosed: the mesh was shut down, or left.
+	ErrClosed = errors.New("mesh: closed")
+	// ErrInvalidKey: a key that is empty, too long or not UTF-8.
+	ErrInvalidKey = errors.New("mesh: invalid key")
+	// ErrInvalidConfig: a Config that Validate refuses.
+	ErrInvalidConfig = errors.New("mesh: invalid config")
+	// ErrInvalidOption: an acquire option out of range.
+	ErrInvalidOption = errors.New("mesh: invalid option")
+	// ErrNoVoters: the voter configuration has not formed yet
+	// (BootstrapExpect still waiting for voters).
+	ErrNoVoters = errors.New("mesh: no voter configuration yet")
+)
+
+// LockedError says who holds a key. errors.Is(err, ErrLocked) is true.
+type LockedError struct {
+	Key string
+	// Holder is the node holding the key, and Token its fencing token;
+	// both empty when the key was being taken by another node that had not
+	// finished when the try gave up.
+	Holder string
+	Token  uint64
+}
+
+func (e *LockedError) Error() string {
+	if e.Holder == "" {
+		return fmt.Sprintf("mesh: lock %q held (being taken by another node)", e.Key)
+	}
+	return fmt.Sprintf("mesh: lock %q held by %s (token %d)", e.Key, e.Holder, e.Token)
+}
+
+// Is makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }

@@ -1,0 +1,414 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"math/rand"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-metrics"
+	"github.com/hashicorp/memberlist"
+	"github.com/lockmesh/lockmesh/quorum"
+	"github.com/lockmesh/lockmesh/transport"
+)
+
+// Mesh is one node of a lock mesh. It is safe for concurrent use.
+type Mesh struct {
+	cfg   Config
+	name  quorum.NodeID
+	inc   uint64
+	log   hclog.Logger
+	met   *metrics.Metrics
+	clock *clock
+	lim   limits
+
+	ml   *memberlist.Memberlist
+	addr string // gossip address
+	tr   transport.Transport
+	meta nodeMeta // guarded by bookMu
+	book book
+
+	// The voter configuration, once known; ready closes then.
+	setupMu sync.Mutex
+	voters  *quorum.Membership
+	ready   chan struct{}
+
+	accMu sync.Mutex
+	acc   *quorum.Acceptor // nil on a node that does not vote
+
+	propMu  sync.Mutex
+	prop    *quorum.Proposer
+	rand    *rand.Rand
+	waiters map[quorum.OpID]chan outcome
+	leases  map[string]*Lease
+
+	started   chan struct{} // closed when New is done
+	kick      chan struct{}
+	armed     time.Duration // when the timer loop will next tick (propMu)
+	closed    chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+// New starts a node: gossip, the ballot transport, and (once the voter
+// configuration is known) the protocol. It joins cfg.Seeds, if any, but does
+// not fail when none answers: the node keeps trying in the background.
+func New(cfg *Config) (*Mesh, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := *cfg
+	m := &Mesh{
+		cfg:     c,
+		name:    quorum.NodeID(c.Name),
+		inc:     uint64(time.Now().UnixNano()),
+		log:     c.Logger,
+		clock:   newClock(),
+		lim:     c.limits(),
+		ready:   make(chan struct{}),
+		waiters: make(map[quorum.OpID]chan outcome),
+		leases:  make(map[string]*Lease),
+		kick:    make(chan struct{}, 1),
+		started: make(chan struct{}),
+		closed:  make(chan struct{}),
+	}
+	if m.log == nil {
+		m.log = hclog.NewNullLogger()
+	}
+	m.log = m.log.Named("lockmesh").With("node", c.Name)
+	seed := c.Seed
+	if seed == 0 {
+		seed = time.Now().UnixNano()
+	}
+	m.rand = rand.New(rand.NewSource(seed))
+	if err := m.setupMetrics(); err != nil {
+		return nil, err
+	}
+	if err := m.startTransport(); err != nil {
+		return nil, err
+	}
+	if err := m.startGossip(); err != nil {
+		m.tr.Close()
+		return nil, err
+	}
+	if len(c.Voters) > 0 {
+		names := slices.Clone(c.Voters)
+		if err := m.adopt(configID(names), names); err != nil {
+			m.Shutdown()
+			return nil, err
+		}
+	}
+	m.wg.Add(2)
+	go m.timerLoop()
+	go m.rejoinLoop()
+	if len(c.Seeds) > 0 {
+		if _, err := m.ml.Join(c.Seeds); err != nil {
+			m.log.Warn("no seed answered yet; retrying in the background", "seeds", c.Seeds, "error", err)
+		}
+	}
+	close(m.started)
+	m.maybeBootstrap()
+	return m, nil
+}
+
+func (m *Mesh) startTransport() error {
+	var err error
+	if m.cfg.Transport != nil {
+		m.tr, err = m.cfg.Transport(m.cfg.Name, handler{m})
+	} else {
+		tc := transport.DefaultTCPConfig()
+		if m.cfg.local {
+			tc = transport.DefaultLocalTCPConfig()
+		}
+		tc.Name = m.cfg.Name
+		tc.BindAddr = m.cfg.rpcBind(m.cfg.BindPort)
+		tc.AdvertiseAddr = m.cfg.RPCAdvertise
+		tc.Handler = handler{m}
+		tc.TLS = m.cfg.TLS
+		if m.cfg.MaxFrameSize > 0 {
+			tc.MaxFrameSize = m.cfg.MaxFrameSize
+		}
+		tc.OnError = func(peer string, err error) {
+			m.log.Warn("ballot connection refused", "peer", peer, "error", err)
+			m.incr("transport.refused", 1)
+		}
+		m.tr, err = transport.NewTCP(tc)
+	}
+	if err != nil {
+		return fmt.Errorf("mesh: starting the ballot transport: %w", err)
+	}
+	m.meta.RPC = m.tr.Addr()
+	m.meta.Expect = m.cfg.BootstrapExpect
+	return nil
+}
+
+func (m *Mesh) startGossip() error {
+	mc := m.cfg.Memberlist
+	if mc == nil {
+		if m.cfg.local {
+			mc = memberlist.DefaultLocalConfig()
+		} else {
+			mc = memberlist.DefaultLANConfig()
+		}
+	} else {
+		cp := *mc
+		mc = &cp
+	}
+	mc.Name = m.cfg.Name
+	mc.BindAddr = m.cfg.BindAddr
+	if mc.BindAddr == "" {
+		mc.BindAddr = "0.0.0.0"
+	}
+	mc.BindPort = m.cfg.BindPort
+	mc.AdvertiseAddr = m.cfg.AdvertiseAddr
+	mc.AdvertisePort = m.cfg.AdvertisePort
+	if mc.AdvertisePort == 0 {
+		mc.AdvertisePort = m.cfg.BindPort
+	}
+	mc.Delegate = gossip{m}
+	mc.Events = gossip{m}
+	mc.Logger = m.log.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	mc.LogOutput = nil
+	if _, err := m.meta.encode(); err != nil {
+		return err
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("mesh: starting gossip: %w", err)
+	}
+	m.ml = ml
+	n := ml.LocalNode()
+	m.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	return nil
+}
+
+// adopt installs the voter configuration: from then on this node proposes,
+// and votes when it is one of the voters. It happens once.
+func (m *Mesh) adopt(id uint64, names []string) error {
+	m.setupMu.Lock()
+	defer m.setupMu.Unlock()
+	if m.voters != nil {
+		if m.voters.ID != id {
+			m.log.Error("another voter configuration is in use; keeping ours",
+				"ours", m.voters.Voters, "theirs", names)
+		}
+		return nil
+	}
+	ids := make([]quorum.NodeID, len(names))
+	for i, n := range names {
+		ids[i] = quorum.NodeID(n)
+	}
+	vs := quorum.NewMembership(id, ids...)
+	if err := vs.Validate(); err != nil {
+		return err
+	}
+	timing := m.cfg.Timing
+	timing.TTL = m.cfg.maxTTL()
+	if vs.IsVoter(m.name) {
+		acc, err := quorum.NewAcceptor(quorum.AcceptorConfig{
+			ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
+			MaxTTL: m.cfg.maxTTL(), Quarantine: timing.Quarantine(),
+			CatchUpBuckets: 64, RetryInterval: 2 * m.cfg.roundTimeout(),
+			HandoffGrace: 2 * m.cfg.roundTimeout(),
+		})
+		if err != nil {
+			return err
+		}
+		m.accMu.Lock()
+		m.acc = acc
+		m.accMu.Unlock()
+		m.log.Info("voting after a quarantine", "quarantine", timing.Quarantine(), "voters", names)
+	}
+	prop, err := quorum.NewProposer(quorum.ProposerConfig{
+		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
+		Rand: rand.New(rand.NewSource(m.rand.Int63())), RoundTimeout: m.cfg.roundTimeout(),
+		Drift: m.cfg.Timing.Drift,
+	})
+	if err != nil {
+		return err
+	}
+	m.propMu.Lock()
+	m.prop = prop
+	m.propMu.Unlock()
+	m.voters = &vs
+	m.book.mu.Lock()
+	m.meta.Config, m.meta.Voters = id, names
+	m.book.mu.Unlock()
+	close(m.ready)
+	if m.ml != nil {
+		go m.publishMeta()
+	}
+	m.kickTimer()
+	return nil
+}
+
+// configID names a voter configuration by its voters, so that every node
+// that starts from the same list agrees on it without talking. (Changes of
+// configuration will number theirs.)
+func configID(names []string) uint64 {
+	s := slices.Clone(names)
+	slices.Sort(s)
+	h := fnv.New64a()
+	for _, n := range s {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	return h.Sum64() | 1
+}
+
+func (m *Mesh) publishMeta() {
+	if err := m.ml.UpdateNode(5 * time.Second); err != nil {
+		m.log.Debug("publishing gossip metadata", "error", err)
+	}
+}
+
+// maybeBootstrap forms the voter configuration once exactly
+// BootstrapExpect voters see each other, or adopts one a peer announces.
+func (m *Mesh) maybeBootstrap() {
+	select {
+	case <-m.started:
+	case <-m.closed:
+		return
+	}
+	select {
+	case <-m.ready:
+		return
+	case <-m.closed:
+		return
+	default:
+	}
+	// A configuration announced by a peer wins.
+	var names []string
+	var id uint64
+	expecting := 0
+	for _, n := range m.ml.Members() {
+		meta, err := decodeMeta(n.Meta)
+		if err != nil {
+			continue
+		}
+		if meta.Config != 0 && len(meta.Voters) > 0 {
+			id, names = meta.Config, meta.Voters
+			break
+		}
+		if m.cfg.BootstrapExpect > 0 && meta.Expect == m.cfg.BootstrapExpect && n.State == memberlist.StateAlive {
+			expecting++
+			names = append(names, n.Name)
+		}
+	}
+	if id != 0 {
+		if err := m.adopt(id, names); err != nil {
+			m.log.Error("cannot adopt the voter configuration", "voters", names, "error", err)
+		}
+		return
+	}
+	if m.cfg.BootstrapExpect == 0 {
+		return
+	}
+	switch {
+	case expecting > m.cfg.BootstrapExpect:
+		m.log.Error("more nodes expect to bootstrap than BootstrapExpect; not forming a configuration",
+			"expect", m.cfg.BootstrapExpect, "seen", names)
+	case expecting == m.cfg.BootstrapExpect:
+		slices.Sort(names)
+		m.log.Info("bootstrapping the voter configuration", "voters", names)
+		if err := m.adopt(configID(names), names); err != nil {
+			m.log.Error("cannot bootstrap", "error", err)
+		}
+	}
+}
+
+// Join joins the mesh through the given gossip addresses and returns how
+// many answered.
+func (m *Mesh) Join(addrs ...string) (int, error) {
+	if m.isClosed() {
+		return 0, ErrClosed
+	}
+	n, err := m.ml.Join(addrs)
+	if err != nil {
+		return n, fmt.Errorf("mesh: join: %w", err)
+	}
+	return n, nil
+}
+
+// Addr is this node's gossip address, the one other nodes use as a seed.
+func (m *Mesh) Addr() string { return m.addr }
+
+// Name is this node's name.
+func (m *Mesh) Name() string { return m.cfg.Name }
+
+// Leave releases every lease this node holds, tells the other nodes it is
+// leaving, and shuts down. Waiters on other nodes get the released keys at
+// once, without waiting for the leases to expire.
+func (m *Mesh) Leave(ctx context.Context) error {
+	if m.isClosed() {
+		return ErrClosed
+	}
+	m.propMu.Lock()
+	held := make([]*Lease, 0, len(m.leases))
+	for _, l := range m.leases {
+		held = append(held, l)
+	}
+	m.propMu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, len(held))
+	for i, l := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.Release(ctx)
+		}()
+	}
+	wg.Wait()
+	timeout := 5 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = time.Until(d)
+	}
+	if err := m.ml.Leave(max(timeout, 0)); err != nil {
+		m.log.Warn("leaving gossip", "error", err)
+	}
+	m.Shutdown()
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("mesh: leave: releasing a lease: %w", err)
+		}
+	}
+	return nil
+}
+
+// Shutdown stops the node at once, without releasing its leases (other
+// nodes take them over when they expire, as after a crash). Operations in
+// progress fail with ErrClosed; every lease reports ErrClosed. Idempotent.
+func (m *Mesh) Shutdown() error {
+	m.closeOnce.Do(func() {
+		close(m.closed)
+		m.ml.Shutdown()
+		m.tr.Close()
+		m.wg.Wait()
+		m.propMu.Lock()
+		for id, ch := range m.waiters {
+			ch <- outcome{err: ErrClosed}
+			delete(m.waiters, id)
+		}
+		for k, l := range m.leases {
+			l.end(ErrClosed)
+			delete(m.leases, k)
+		}
+		m.propMu.Unlock()
+	})
+	return nil
+}
+
+func (m *Mesh) isClosed() bool {
+	select {
+	case <-m.closed:
+		return true
+	default:
+		return false
+	}
+}

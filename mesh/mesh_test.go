@@ -1,0 +1,148 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/lockmesh/lockmesh/transport"
+)
+
+// cluster is a mesh of nodes in this process: real memberlist gossip on
+// loopback, and the ballot traffic on an in-memory network with faults (or
+// real TCP).
+type cluster struct {
+	t     testing.TB
+	net   *transport.Network
+	nodes []*Mesh
+	names []string
+}
+
+type clusterOpts struct {
+	voters, proposers int
+	tcp               bool
+	tweak             func(*Config)
+}
+
+func newCluster(t testing.TB, o clusterOpts) *cluster {
+	t.Helper()
+	c := &cluster{t: t, net: transport.NewNetwork(1)}
+	var voters []string
+	for i := 0; i < o.voters+o.proposers; i++ {
+		name := fmt.Sprintf("node%d", i)
+		c.names = append(c.names, name)
+		if i < o.voters {
+			voters = append(voters, name)
+		}
+	}
+	for i, name := range c.names {
+		cfg := DefaultLocalConfig()
+		cfg.Name = name
+		cfg.Voters = voters
+		cfg.Seed = int64(i + 1)
+		if testing.Verbose() {
+			cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Name: name})
+		}
+		if !o.tcp {
+			cfg.Transport = func(name string, h transport.Handler) (transport.Transport, error) {
+				return c.net.Listen(name, h)
+			}
+		}
+		if len(c.nodes) > 0 {
+			cfg.Seeds = []string{c.nodes[0].Addr()}
+		}
+		if o.tweak != nil {
+			o.tweak(cfg)
+		}
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatalf("starting %s: %v", name, err)
+		}
+		c.nodes = append(c.nodes, m)
+	}
+	t.Cleanup(c.shutdown)
+	c.waitMembers()
+	return c
+}
+
+func (c *cluster) shutdown() {
+	for _, m := range c.nodes {
+		m.Shutdown()
+	}
+}
+
+// waitMembers waits until every node sees every other alive.
+func (c *cluster) waitMembers() {
+	c.t.Helper()
+	waitFor(c.t, 10*time.Second, "full membership", func() bool {
+		for _, m := range c.nodes {
+			if m.isClosed() {
+				continue
+			}
+			alive := 0
+			for _, mem := range m.Status().Members {
+				if mem.State == "alive" {
+					alive++
+				}
+			}
+			if alive < len(c.live()) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func (c *cluster) live() []*Mesh {
+	var out []*Mesh
+	for _, m := range c.nodes {
+		if !m.isClosed() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes. It waits on a
+// condition, with a deadline, never for a fixed time.
+func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an event
+	}
+}
+
+func TestAcquireRelease(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].Acquire(ctx, "invoices/2026-11")
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
+	}
+	if l.Token() == 0 {
+		t.Fatal("token 0")
+	}
+	_, err = c.nodes[1].TryAcquire(ctx, "invoices/2026-11")
+	var locked *LockedError
+	if !errors.As(err, &locked) || locked.Holder != "node0" || locked.Token != l.Token() {
+		t.Fatalf("try-acquire of a held key: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	l2, err := c.nodes[1].TryAcquire(ctx, "invoices/2026-11")
+	if err != nil {
+		t.Fatalf("try-acquire after release: %v", err)
+	}
+	if l2.Token() <= l.Token() {
+		t.Fatalf("token went from %d to %d", l.Token(), l2.Token())
+	}
+}

@@ -1,0 +1,49 @@
+package mesh
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-msgpack/v2/codec"
+	"github.com/hashicorp/memberlist"
+)
+
+// nodeMeta is what a node tells the others through gossip metadata.
+type nodeMeta struct {
+	// RPC is the ballot transport address to dial.
+	RPC string `codec:"rpc"`
+	// Expect is the node's BootstrapExpect (0: not bootstrapping).
+	Expect int `codec:"be,omitempty"`
+	// Config and Voters are the voter configuration the node uses, once
+	// it has one.
+	Config uint64   `codec:"cid,omitempty"`
+	Voters []string `codec:"cv,omitempty"`
+}
+
+func (m nodeMeta) encode() ([]byte, error) {
+	var b []byte
+	if err := codec.NewEncoderBytes(&b, msgpackHandle).Encode(m); err != nil {
+		return nil, err
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("%w: gossip metadata of %d bytes (limit %d): shorten node names",
+			ErrInvalidConfig, len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+func decodeMeta(b []byte) (nodeMeta, error) {
+	var m nodeMeta
+	if len(b) == 0 {
+		return m, fmt.Errorf("%w: empty node metadata", errMalformed)
+	}
+	if len(b) > memberlist.MetaMaxSize {
+		return m, fmt.Errorf("%w: node metadata of %d bytes", errMalformed, len(b))
+	}
+	if err := codec.NewDecoderBytes(b, msgpackHandle).Decode(&m); err != nil {
+		return m, fmt.Errorf("%w: node metadata: %v", errMalformed, err)
+	}
+	if len(m.Voters) > maxVoters {
+		return m, fmt.Errorf("%w: node metadata lists %d voters", errMalformed, len(m.Voters))
+	}
+	return m, nil
+}

@@ -1,0 +1,108 @@
+package mesh
+
+import (
+	"net"
+	"slices"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/lockmesh/lockmesh/quorum"
+)
+
+// Status is a snapshot of a node, for operators and tests.
+type Status struct {
+	Name string
+	// Addr is the gossip address other nodes join through; RPCAddr the
+	// ballot address.
+	Addr, RPCAddr string
+	// Members are the nodes gossip knows, this one included.
+	Members []Member
+	// Voters is the voter configuration (empty until it formed) and
+	// ConfigID its identifier.
+	Voters   []string
+	ConfigID uint64
+	// Voting is this node's acceptor state: "" (not a voter),
+	// "quarantined", "catching up" or "live".
+	Voting string
+	// Leases is how many leases this node holds now.
+	Leases int
+	// Proposer and Acceptor count what the state machines did.
+	Proposer quorum.ProposerStats
+	Acceptor quorum.AcceptorStats
+}
+
+// Member is one node as gossip sees it.
+type Member struct {
+	Name    string
+	Addr    string
+	RPCAddr string
+	// State is "alive", "suspect", "dead" or "left": a hint only; it never
+	// changes the size of a quorum.
+	State string
+	Voter bool
+}
+
+// Status returns a snapshot of the node.
+func (m *Mesh) Status() Status {
+	st := Status{Name: m.cfg.Name, RPCAddr: m.tr.Addr()}
+	m.setupMu.Lock()
+	if m.voters != nil {
+		st.ConfigID = m.voters.ID
+		for _, v := range m.voters.Voters {
+			st.Voters = append(st.Voters, string(v))
+		}
+	}
+	voters := m.voters
+	m.setupMu.Unlock()
+	if m.ml != nil {
+		st.Addr = m.Addr()
+		for _, n := range m.ml.Members() {
+			mem := Member{
+				Name:  n.Name,
+				Addr:  net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
+				State: stateName(n.State),
+				Voter: voters != nil && voters.IsVoter(quorum.NodeID(n.Name)),
+			}
+			if meta, err := decodeMeta(n.Meta); err == nil {
+				mem.RPCAddr = meta.RPC
+			}
+			st.Members = append(st.Members, mem)
+		}
+		slices.SortFunc(st.Members, func(a, b Member) int {
+			switch {
+			case a.Name < b.Name:
+				return -1
+			case a.Name > b.Name:
+				return 1
+			}
+			return 0
+		})
+	}
+	m.accMu.Lock()
+	if m.acc != nil {
+		st.Voting = m.acc.State().String()
+		st.Acceptor = m.acc.Stats()
+	}
+	m.accMu.Unlock()
+	m.propMu.Lock()
+	st.Leases = len(m.leases)
+	if m.prop != nil {
+		st.Proposer = m.prop.Stats()
+	}
+	m.propMu.Unlock()
+	return st
+}
+
+func stateName(s memberlist.NodeStateType) string {
+	switch s {
+	case memberlist.StateAlive:
+		return "alive"
+	case memberlist.StateSuspect:
+		return "suspect"
+	case memberlist.StateDead:
+		return "dead"
+	case memberlist.StateLeft:
+		return "left"
+	}
+	return "unknown"
+}
