@@ -180,9 +180,9 @@ func (m *Mesh) catchUpCall(addr string, body []byte) {
 	m.accMu.Unlock()
 	if was != quorum.Live && now == quorum.Live {
 		if floor {
-			m.log.Warn("voting again; a majority of voters had lost their state at once, so fencing tokens rest on the wall clock")
+			m.log.Info("voting; no majority of voters had state to catch up from (a new mesh, or most voters restarted together), so fencing tokens continue from the wall clock")
 		} else {
-			m.log.Info("voting again, caught up")
+			m.log.Info("voting, caught up from the other voters")
 		}
 	}
 	m.acceptorReady(ard, false)

@@ -347,6 +347,9 @@ func (m *Mesh) quorumOptions(o acquireOptions) quorum.AcquireOptions {
 // result hands an operation's result to its caller (propMu held). A grant
 // becomes a Lease here, before any later event about it can arrive.
 func (m *Mesh) result(res quorum.OpResult) {
+	if m.observe != nil {
+		m.observe(res)
+	}
 	if res.Internal {
 		return
 	}

@@ -49,6 +49,10 @@ type Mesh struct {
 	leases  map[string]*Lease
 
 	started   chan struct{} // closed when New is done
+	// observe, when a test sets it, sees every operation result
+	// (internal ones included) under propMu.
+	observe func(quorum.OpResult)
+
 	kick      chan struct{}
 	armed     time.Duration // when the timer loop will next tick (propMu)
 	closed    chan struct{}
@@ -153,6 +157,10 @@ func (m *Mesh) startGossip() error {
 	if mc == nil {
 		if m.cfg.local {
 			mc = memberlist.DefaultLocalConfig()
+			// A lost gossip about a join waits for the next push/pull
+			// (15s in memberlist's local defaults): on one machine, sync
+			// often.
+			mc.PushPullInterval = 2 * time.Second
 		} else {
 			mc = memberlist.DefaultLANConfig()
 		}

@@ -29,6 +29,17 @@ type clusterOpts struct {
 
 func newCluster(t testing.TB, o clusterOpts) *cluster {
 	t.Helper()
+	c := newClusterNoWait(t, o)
+	start := time.Now()
+	c.waitMembers()
+	if d := time.Since(start); d > 2*time.Second {
+		t.Logf("gossip took %v to show every node alive", d)
+	}
+	return c
+}
+
+func newClusterNoWait(t testing.TB, o clusterOpts) *cluster {
+	t.Helper()
 	c := &cluster{t: t, net: transport.NewNetwork(1)}
 	var voters []string
 	for i := 0; i < o.voters+o.proposers; i++ {
@@ -64,7 +75,15 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 		c.nodes = append(c.nodes, m)
 	}
 	t.Cleanup(c.shutdown)
-	c.waitMembers()
+	// memberlist sometimes takes until its next push/pull (seconds) to
+	// spread a join; a join with every node settles membership at once.
+	var addrs []string
+	for _, m := range c.nodes {
+		addrs = append(addrs, m.Addr())
+	}
+	for _, m := range c.nodes[1:] {
+		m.Join(addrs...)
+	}
 	return c
 }
 
@@ -77,7 +96,7 @@ func (c *cluster) shutdown() {
 // waitMembers waits until every node sees every other alive.
 func (c *cluster) waitMembers() {
 	c.t.Helper()
-	waitFor(c.t, 10*time.Second, "full membership", func() bool {
+	waitFor(c.t, 30*time.Second, "full membership", func() bool {
 		for _, m := range c.nodes {
 			if m.isClosed() {
 				continue
@@ -89,6 +108,19 @@ func (c *cluster) waitMembers() {
 				}
 			}
 			if alive < len(c.live()) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// waitVoting waits until every voter votes (quarantine and catch-up over).
+func (c *cluster) waitVoting() {
+	c.t.Helper()
+	waitFor(c.t, 30*time.Second, "every voter to vote", func() bool {
+		for _, m := range c.live() {
+			if st := m.Status(); st.Voting != "" && st.Voting != "live" {
 				return false
 			}
 		}

@@ -251,6 +251,12 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	if r.handedTo != "" && r.handedTo == op.Ballot.Node {
 		r.handedTo = "" // the waiter told of the free key came for it
 	}
+	if op.Watch && from != "" && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
+		// A waiter that finds a live lease of another here waits on this
+		// acceptor, whatever becomes of its ballot; one that finds the
+		// key free here is about to take it.
+		a.watch(op.Key, r, from, now, left)
+	}
 	if op.Ballot.Less(r.promise) {
 		// Refused, but say what is here: a proposer that only needs to
 		// learn that the key is held (or what a majority accepted) can
@@ -260,9 +266,6 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
 	}
 	if op.IfFree && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
-		if op.Watch && from != "" {
-			a.watch(op.Key, r, from, now, left)
-		}
 		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
 	}
@@ -270,11 +273,6 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	// (ballots are unique to one proposer): a duplicate, or the prepare of a
 	// ballot promised through an accept's Next. Answering it again is safe.
 	r.promise = op.Ballot
-	if op.Watch && from != "" && left > 0 {
-		// Only a waiter that finds a live lease here waits on this
-		// acceptor; one that finds the key free here is about to take it.
-		a.watch(op.Key, r, from, now, left)
-	}
 	return Result{
 		ID:        op.ID,
 		OK:        true,

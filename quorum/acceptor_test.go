@@ -1,0 +1,935 @@
+package quorum
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Tests of the acceptor's rules, one acceptor at a time. Each drives a real
+// Acceptor with hand-made operations on a fake clock, so every number it
+// checks is exact.
+
+// fakeClock is a Clock that moves only when a test moves it.
+type fakeClock struct {
+	now  time.Duration
+	wall int64 // wall-clock microseconds when now was zero
+}
+
+func (c *fakeClock) Now() time.Duration { return c.now }
+
+func (c *fakeClock) WallMicros() int64 { return c.wall + c.now.Microseconds() }
+
+func (c *fakeClock) advance(d time.Duration) { c.now += d }
+
+// testWallBase is 2026-11-29 00:00 UTC in microseconds: epochs of a fresh
+// cluster start there (the wall-clock floor).
+const testWallBase = int64(1795910400) * 1e6
+
+const (
+	accMaxTTL     = 10 * time.Second
+	accQuarantine = 10 * time.Second
+	accGrace      = 100 * time.Millisecond
+	accRetry      = 100 * time.Millisecond
+	accTTL        = 4 * time.Second // the TTL of the grants the tests write
+	accInc        = 11              // the acceptor's incarnation
+)
+
+// accFixture is one acceptor ("a" of {a, b, c} unless said otherwise) and
+// the means to talk to it.
+type accFixture struct {
+	t      testing.TB
+	id     NodeID
+	a      *Acceptor
+	clock  *fakeClock
+	m      Membership
+	nextID uint64
+}
+
+func newAccConfig(id NodeID, m Membership, clock Clock) AcceptorConfig {
+	return AcceptorConfig{
+		ID: id, Incarnation: accInc, Membership: m, Clock: clock,
+		MaxTTL: accMaxTTL, Quarantine: accQuarantine, CatchUpBuckets: 2,
+		RetryInterval: accRetry, HandoffGrace: accGrace,
+	}
+}
+
+// newAccFixture returns a quarantined acceptor "a" of the given voters, its
+// clock starting at an arbitrary origin (monotonic clocks of two processes
+// share none).
+func newAccFixture(t testing.TB, voters ...NodeID) *accFixture {
+	t.Helper()
+	if len(voters) == 0 {
+		voters = []NodeID{"a", "b", "c"}
+	}
+	return newAccFixtureOf(t, "a", NewMembership(7, voters...))
+}
+
+func newAccFixtureOf(t testing.TB, id NodeID, m Membership) *accFixture {
+	t.Helper()
+	clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
+	a, err := NewAcceptor(newAccConfig(id, m, clock))
+	if err != nil {
+		t.Fatalf("NewAcceptor: %v", err)
+	}
+	return &accFixture{t: t, id: id, a: a, clock: clock, m: m}
+}
+
+// newLiveAcceptor returns acceptor "a" of {a, b, c}, live: it waited out its
+// quarantine and caught up from both other voters, who had nothing.
+func newLiveAcceptor(t testing.TB) *accFixture {
+	t.Helper()
+	return makeLive(newAccFixture(t))
+}
+
+func makeLive(f *accFixture) *accFixture {
+	t := f.t
+	t.Helper()
+	f.clock.advance(accQuarantine)
+	f.a.Tick()
+	for guard := 0; f.a.State() != Live; guard++ {
+		if guard > 100 {
+			t.Fatalf("acceptor still %v after catching up", f.a.State())
+		}
+		for _, req := range f.a.Ready().CatchUps {
+			f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: req.To, To: f.id,
+				Inc: 1, Status: StatusOK, Bucket: req.Bucket})
+		}
+	}
+	if f.a.FloorOnly() {
+		t.Fatalf("caught up from every voter, yet FloorOnly")
+	}
+	return f
+}
+
+// do sends one request from proposer from, numbering the operations.
+func (f *accFixture) do(from NodeID, ops ...Op) *Response {
+	f.t.Helper()
+	for i := range ops {
+		f.nextID++
+		ops[i].ID = f.nextID
+	}
+	resp := f.a.HandleRequest(&Request{Config: f.m.ID, From: from, To: f.id, Ops: ops})
+	if resp.Status == StatusOK && len(resp.Results) != len(ops) {
+		f.t.Fatalf("%d results for %d operations", len(resp.Results), len(ops))
+	}
+	for i := range resp.Results {
+		if resp.Results[i].ID != ops[i].ID {
+			f.t.Fatalf("result %d answers operation %d, want %d", i, resp.Results[i].ID, ops[i].ID)
+		}
+	}
+	return resp
+}
+
+func (f *accFixture) one(from NodeID, op Op) Result {
+	f.t.Helper()
+	resp := f.do(from, op)
+	if resp.Status != StatusOK {
+		f.t.Fatalf("status %v, want ok", resp.Status)
+	}
+	return resp.Results[0]
+}
+
+func (f *accFixture) prepare(b Ballot) Result {
+	f.t.Helper()
+	return f.one(b.Node, Op{Kind: OpPrepare, Key: "k", Ballot: b})
+}
+
+func (f *accFixture) accept(b Ballot, v Value) Result {
+	f.t.Helper()
+	return f.one(b.Node, Op{Kind: OpAccept, Key: "k", Ballot: b, Inc: accInc, Value: v})
+}
+
+// acceptNext accepts v at b and promises next in the same breath (the fast
+// path's accept).
+func (f *accFixture) acceptNext(b Ballot, v Value, next Ballot) Result {
+	f.t.Helper()
+	return f.one(b.Node, Op{Kind: OpAccept, Key: "k", Ballot: b, Inc: accInc, Value: v, Next: next})
+}
+
+func (f *accFixture) peek() Result {
+	f.t.Helper()
+	return f.one("observer", Op{Kind: OpPeek, Key: "k"})
+}
+
+// mustOK fails unless r was granted.
+func mustOK(t testing.TB, what string, r Result) {
+	t.Helper()
+	if !r.OK {
+		t.Fatalf("%s refused (reason %d), want ok", what, r.Reason)
+	}
+}
+
+// mustRefuse fails unless r was refused for the given reason.
+func mustRefuse(t testing.TB, what string, r Result, why Reason) {
+	t.Helper()
+	if r.OK || r.Reason != why {
+		t.Fatalf("%s: ok=%v reason %d, want refused with reason %d", what, r.OK, r.Reason, why)
+	}
+}
+
+// bal is a ballot of incarnation 1 of node.
+func bal(counter uint64, node NodeID) Ballot {
+	return Ballot{Counter: counter, Incarnation: 1, Node: node}
+}
+
+// grantTo is a grant to incarnation 1 of holder whose lease period started
+// with the write at ballot lease.
+func grantTo(holder NodeID, epoch uint64, lease Ballot) Value {
+	return Value{Held: true, Holder: holder, HolderInc: 1, Epoch: epoch, TTL: accTTL, Lease: lease}
+}
+
+func TestAcceptorPrepareRespectsPromise(t *testing.T) {
+	// Every case starts from: v accepted at 3.p, then 5.p promised.
+	v := grantTo("p", 30, bal(3, "p"))
+	cases := []struct {
+		name         string
+		ballot       Ballot
+		wantOK       bool
+		wantPromised Ballot
+	}{
+		{"lower counter is refused", bal(4, "q"), false, bal(5, "p")},
+		{"same counter, lower incarnation is refused", Ballot{Counter: 5, Incarnation: 0, Node: "z"}, false, bal(5, "p")},
+		{"same counter and incarnation, lower node is refused", bal(5, "o"), false, bal(5, "p")},
+		{"equal to the promise is promised again", bal(5, "p"), true, bal(5, "p")},
+		{"same counter, higher node is promised", bal(5, "q"), true, bal(5, "q")},
+		{"higher counter is promised", bal(6, "q"), true, bal(6, "q")},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newLiveAcceptor(t)
+			mustOK(t, "prepare 3.p", f.prepare(bal(3, "p")))
+			mustOK(t, "accept 3.p", f.accept(bal(3, "p"), v))
+			mustOK(t, "prepare 5.p", f.prepare(bal(5, "p")))
+			f.clock.advance(time.Second)
+
+			r := f.prepare(tc.ballot)
+			if tc.wantOK {
+				mustOK(t, "prepare", r)
+			} else {
+				mustRefuse(t, "prepare", r, ReasonPromised)
+			}
+			// Refused or not, the answer says what is here, so that a
+			// proposer can learn the key's state without winning.
+			if r.Promised != tc.wantPromised {
+				t.Errorf("Promised = %v, want %v", r.Promised, tc.wantPromised)
+			}
+			if r.Accepted != bal(3, "p") || r.Value != v {
+				t.Errorf("reports accepted %v %v, want 3.p %v", r.Accepted, r.Value, v)
+			}
+			if r.Remaining != accTTL-time.Second {
+				t.Errorf("Remaining = %v, want %v", r.Remaining, accTTL-time.Second)
+			}
+			if r.MaxEpoch != 30 {
+				t.Errorf("MaxEpoch = %d, want 30", r.MaxEpoch)
+			}
+			// The promise the acceptor keeps is the one it reported: an
+			// accept just below it is refused, one at it is taken.
+			if got := f.peek().Promised; got != tc.wantPromised {
+				t.Errorf("promise kept = %v, want %v", got, tc.wantPromised)
+			}
+		})
+	}
+}
+
+func TestAcceptorAcceptRespectsPromiseAndIncarnation(t *testing.T) {
+	old := grantTo("p", 30, bal(3, "p"))
+	next := grantTo("p", 30, bal(5, "p")) // a renewal
+	cases := []struct {
+		name   string
+		op     Op
+		wantOK bool
+		why    Reason
+	}{
+		{"below the promise is refused",
+			Op{Kind: OpAccept, Key: "k", Ballot: bal(4, "q"), Inc: accInc, Value: grantTo("q", 31, bal(4, "q"))}, false, ReasonPromised},
+		{"at the promise is accepted",
+			Op{Kind: OpAccept, Key: "k", Ballot: bal(5, "p"), Inc: accInc, Value: next}, true, ReasonNone},
+		{"above the promise is accepted",
+			Op{Kind: OpAccept, Key: "k", Ballot: bal(9, "q"), Inc: accInc, Value: grantTo("q", 31, bal(9, "q"))}, true, ReasonNone},
+		{"to an earlier incarnation is refused",
+			Op{Kind: OpAccept, Key: "k", Ballot: bal(9, "p"), Inc: accInc - 1, Value: next}, false, ReasonIncarnation},
+		{"to a later incarnation is refused",
+			Op{Kind: OpAccept, Key: "k", Ballot: bal(9, "p"), Inc: accInc + 1, Value: next}, false, ReasonIncarnation},
+		{"without an incarnation is refused",
+			Op{Kind: OpAccept, Key: "k", Ballot: bal(9, "p"), Value: next}, false, ReasonIncarnation},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newLiveAcceptor(t)
+			mustOK(t, "accept 3.p", f.accept(bal(3, "p"), old))
+			mustOK(t, "prepare 5.p", f.prepare(bal(5, "p")))
+
+			r := f.one(tc.op.Ballot.Node, tc.op)
+			got := f.peek()
+			if !tc.wantOK {
+				mustRefuse(t, "accept", r, tc.why)
+				if got.Accepted != bal(3, "p") || got.Value != old {
+					t.Errorf("a refused accept changed the register to %v %v", got.Accepted, got.Value)
+				}
+				if tc.why == ReasonPromised && r.Promised != bal(5, "p") {
+					t.Errorf("refusal names promise %v, want 5.p", r.Promised)
+				}
+				return
+			}
+			mustOK(t, "accept", r)
+			if got.Accepted != tc.op.Ballot || got.Value != tc.op.Value {
+				t.Errorf("register holds %v %v, want %v %v", got.Accepted, got.Value, tc.op.Ballot, tc.op.Value)
+			}
+		})
+	}
+}
+
+func TestAcceptorAcceptPromisesNext(t *testing.T) {
+	// The fast path: accepting at 3.p with Next 4.p promises 4.p at once,
+	// so that nobody can slip a value in between the two ballots.
+	f := newLiveAcceptor(t)
+	r := f.acceptNext(bal(3, "p"), grantTo("p", 30, bal(3, "p")), bal(4, "p"))
+	mustOK(t, "accept 3.p next 4.p", r)
+	if r.Promised != bal(4, "p") {
+		t.Fatalf("Promised = %v, want 4.p", r.Promised)
+	}
+	mustRefuse(t, "prepare 4.a after the promise of 4.p", f.prepare(bal(4, "a")), ReasonPromised)
+	mustOK(t, "accept at the promised Next", f.accept(bal(4, "p"), grantTo("p", 30, bal(4, "p"))))
+}
+
+func TestAcceptorExclusionTimer(t *testing.T) {
+	g := grantTo("p", 30, bal(1, "p"))
+	renewal := grantTo("p", 30, bal(2, "p"))
+	writeBack := grantTo("p", 30, bal(1, "p")) // same grant, written at a later ballot
+	other := grantTo("q", 31, bal(1, "q"))     // another grant, learned only by a write-back
+	cases := []struct {
+		name  string
+		steps func(f *accFixture)
+		want  time.Duration // Remaining reported by a later prepare
+	}{
+		{"a grant starts the timer for TTL", func(f *accFixture) {
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(3 * time.Second)
+		}, accTTL - 3*time.Second},
+		{"the timer ends after TTL on the acceptor's clock", func(f *accFixture) {
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(accTTL)
+		}, 0},
+		{"a renewal runs it for a full TTL again", func(f *accFixture) {
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(3 * time.Second)
+			mustOK(f.t, "renewal", f.accept(bal(2, "p"), renewal))
+			f.clock.advance(time.Second)
+		}, accTTL - time.Second},
+		{"a write-back of the same grant keeps the timer", func(f *accFixture) {
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(3 * time.Second)
+			mustOK(f.t, "write-back", f.accept(bal(2, "r"), writeBack))
+			f.clock.advance(500 * time.Millisecond)
+		}, accTTL - 3500*time.Millisecond},
+		{"a write-back of another grant starts no timer", func(f *accFixture) {
+			mustOK(f.t, "write-back", f.accept(bal(2, "r"), other))
+		}, 0},
+		{"a write-back of another grant stops the old grant's timer", func(f *accFixture) {
+			// A grant of a later epoch is only chosen once no earlier
+			// lease is live, so the old timer protects nothing.
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(time.Second)
+			mustOK(f.t, "write-back", f.accept(bal(2, "r"), grantTo("q", 31, bal(1, "q"))))
+		}, 0},
+		{"a duplicate accept does not extend it", func(f *accFixture) {
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(3 * time.Second)
+			mustOK(f.t, "duplicate", f.accept(bal(1, "p"), g))
+			f.clock.advance(time.Second)
+		}, accTTL - 4*time.Second},
+		{"a free value ends it", func(f *accFixture) {
+			mustOK(f.t, "grant", f.accept(bal(1, "p"), g))
+			f.clock.advance(time.Second)
+			mustOK(f.t, "release", f.accept(bal(2, "p"), Value{Epoch: 30}))
+		}, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newLiveAcceptor(t)
+			tc.steps(f)
+			r := f.prepare(bal(100, "s"))
+			mustOK(t, "prepare", r)
+			if r.Remaining != tc.want {
+				t.Errorf("Remaining = %v, want %v", r.Remaining, tc.want)
+			}
+		})
+	}
+}
+
+func TestAcceptorIfFreeRefusedWhileAnotherHolderIsLive(t *testing.T) {
+	// p holds the key: granted at 1.p, and 2.p promised for its renewal.
+	setup := func(t *testing.T) *accFixture {
+		f := newLiveAcceptor(t)
+		mustOK(t, "grant", f.acceptNext(bal(1, "p"), grantTo("p", 30, bal(1, "p")), bal(2, "p")))
+		f.clock.advance(time.Second)
+		return f
+	}
+	cases := []struct {
+		name   string
+		wait   time.Duration // before the prepare
+		ballot Ballot
+		ifFree bool
+		wantOK bool
+	}{
+		{"another node is refused", 0, bal(5, "q"), true, false},
+		{"the holder's own node and incarnation is promised", 0, bal(5, "p"), true, true},
+		{"the holder's node in a later incarnation is refused", 0, Ballot{Counter: 5, Incarnation: 2, Node: "p"}, true, false},
+		{"a prepare without IfFree is promised", 0, bal(5, "q"), false, true},
+		{"another node is promised once the lease ran out", accTTL, bal(5, "q"), true, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := setup(t)
+			f.clock.advance(tc.wait)
+			r := f.one(tc.ballot.Node, Op{Kind: OpPrepare, Key: "k", Ballot: tc.ballot, IfFree: tc.ifFree})
+			if tc.wantOK {
+				mustOK(t, "prepare", r)
+				if f.peek().Promised != tc.ballot {
+					t.Errorf("promise is %v, want %v", f.peek().Promised, tc.ballot)
+				}
+				return
+			}
+			mustRefuse(t, "prepare", r, ReasonHeld)
+			// The refusal names the holder and how long it holds here.
+			if r.Value.Holder != "p" || r.Value.Epoch != 30 || r.Remaining != accTTL-time.Second {
+				t.Errorf("refusal reports %v remaining %v, want p's grant and %v", r.Value, r.Remaining, accTTL-time.Second)
+			}
+			// Nothing was promised: the holder's renewal at its promised
+			// ballot still goes through in one round trip.
+			if got := f.peek().Promised; got != bal(2, "p") {
+				t.Errorf("promise moved to %v, want 2.p", got)
+			}
+			mustOK(t, "holder's renewal", f.accept(bal(2, "p"), grantTo("p", 30, bal(2, "p"))))
+		})
+	}
+}
+
+func TestAcceptorRefusesInvalidOperations(t *testing.T) {
+	held := grantTo("p", 30, bal(1, "p"))
+	tooLong := held
+	tooLong.TTL = accMaxTTL + time.Nanosecond
+	noTTL := held
+	noTTL.TTL = 0
+	noHolder := held
+	noHolder.Holder = ""
+	cases := []struct {
+		name string
+		op   Op
+	}{
+		{"prepare of an empty key", Op{Kind: OpPrepare, Ballot: bal(1, "p")}},
+		{"prepare at the zero ballot", Op{Kind: OpPrepare, Key: "k"}},
+		{"accept of an empty key", Op{Kind: OpAccept, Ballot: bal(1, "p"), Inc: accInc, Value: held}},
+		{"accept at the zero ballot", Op{Kind: OpAccept, Key: "k", Inc: accInc, Value: held}},
+		{"accept of a TTL above MaxTTL", Op{Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: tooLong}},
+		{"accept of a held value without TTL", Op{Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: noTTL}},
+		{"accept of a held value without holder", Op{Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: noHolder}},
+		{"peek of an empty key", Op{Kind: OpPeek}},
+		{"an unknown kind of operation", Op{Kind: 99, Key: "k", Ballot: bal(1, "p")}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newLiveAcceptor(t)
+			// A valid prepare rides in the same batch: a bad operation is
+			// refused on its own and disturbs nothing else.
+			resp := f.do("p", tc.op, Op{Kind: OpPrepare, Key: "other", Ballot: bal(1, "p")})
+			if resp.Status != StatusOK {
+				t.Fatalf("status %v, want ok", resp.Status)
+			}
+			mustRefuse(t, tc.name, resp.Results[0], ReasonInvalid)
+			mustOK(t, "the valid neighbour", resp.Results[1])
+			if got := f.peek(); got.Promised != (Ballot{}) || got.Accepted != (Ballot{}) {
+				t.Errorf("a refused operation left promise %v accepted %v", got.Promised, got.Accepted)
+			}
+		})
+	}
+	t.Run("a TTL of exactly MaxTTL is accepted", func(t *testing.T) {
+		f := newLiveAcceptor(t)
+		v := held
+		v.TTL = accMaxTTL
+		mustOK(t, "accept", f.accept(bal(1, "p"), v))
+	})
+}
+
+func TestAcceptorRefusesOtherConfiguration(t *testing.T) {
+	f := newLiveAcceptor(t)
+	resp := f.a.HandleRequest(&Request{Config: f.m.ID + 1, From: "p", To: "a",
+		Ops: []Op{{ID: 1, Kind: OpPrepare, Key: "k", Ballot: bal(1, "p")}}})
+	if resp.Status != StatusWrongConfig {
+		t.Fatalf("status %v, want %v", resp.Status, StatusWrongConfig)
+	}
+	if resp.Config != f.m.ID || len(resp.Results) != 0 {
+		t.Errorf("answer carries config %d and %d results, want %d and none", resp.Config, len(resp.Results), f.m.ID)
+	}
+	if f.peek().Promised != (Ballot{}) {
+		t.Errorf("a prepare of another configuration was promised")
+	}
+	cu := f.a.HandleCatchUp(&CatchUpRequest{Config: f.m.ID + 1, From: "b", To: "a", Buckets: 1})
+	if cu.Status != StatusWrongConfig || len(cu.Entries) != 0 {
+		t.Errorf("catch-up of another configuration: status %v, %d entries", cu.Status, len(cu.Entries))
+	}
+	if got := f.a.Stats().WrongConfig; got != 2 {
+		t.Errorf("WrongConfig = %d, want 2", got)
+	}
+}
+
+func TestAcceptorQuarantinedAnswersNoVote(t *testing.T) {
+	f := newAccFixture(t)
+	f.clock.advance(accQuarantine - time.Nanosecond)
+	resp := f.do("p",
+		Op{Kind: OpPrepare, Key: "k", Ballot: bal(1, "p")},
+		Op{Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: grantTo("p", 1, bal(1, "p"))},
+		Op{Kind: OpPeek, Key: "k"})
+	if resp.Status != StatusRecovering {
+		t.Fatalf("status %v, want %v", resp.Status, StatusRecovering)
+	}
+	if len(resp.Results) != 3 {
+		t.Fatalf("%d results, want one per operation", len(resp.Results))
+	}
+	for i, r := range resp.Results {
+		mustRefuse(t, fmt.Sprintf("operation %d", i), r, ReasonNoVote)
+	}
+	if resp.Inc != accInc {
+		t.Errorf("Inc = %d, want %d: the proposer learns the new incarnation from any answer", resp.Inc, accInc)
+	}
+	if f.a.Keys() != 0 {
+		t.Errorf("a quarantined acceptor created %d registers", f.a.Keys())
+	}
+	cu := f.a.HandleCatchUp(&CatchUpRequest{Config: f.m.ID, From: "b", To: "a", Buckets: 1})
+	if cu.Status != StatusRecovering || len(cu.Entries) != 0 {
+		t.Errorf("catch-up from a quarantined acceptor: status %v, %d entries", cu.Status, len(cu.Entries))
+	}
+}
+
+func TestAcceptorQuarantineEndsOnItsOwnClock(t *testing.T) {
+	f := newAccFixture(t)
+	start := f.clock.Now()
+	if at, ok := f.a.NextTick(); !ok || at != start+accQuarantine {
+		t.Fatalf("NextTick = %v %v, want %v", at, ok, start+accQuarantine)
+	}
+	f.clock.advance(accQuarantine - time.Nanosecond)
+	f.a.Tick()
+	if f.a.State() != Quarantined {
+		t.Fatalf("state %v a nanosecond before the quarantine ends", f.a.State())
+	}
+	if rd := f.a.Ready(); len(rd.CatchUps) != 0 {
+		t.Fatalf("asked for catch-up during quarantine: %v", rd.CatchUps)
+	}
+	f.clock.advance(time.Nanosecond)
+	f.a.Tick()
+	if f.a.State() != CatchingUp {
+		t.Fatalf("state %v when the quarantine ends, want %v", f.a.State(), CatchingUp)
+	}
+	// It asks every other voter, never itself, for the first bucket.
+	var to []NodeID
+	for _, r := range f.a.Ready().CatchUps {
+		if r.Config != f.m.ID || r.From != "a" || r.Bucket != 0 || r.Buckets != 2 {
+			t.Errorf("catch-up request %+v", r)
+		}
+		to = append(to, r.To)
+	}
+	if !slices.Equal(to, []NodeID{"b", "c"}) {
+		t.Errorf("asked %v, want [b c]", to)
+	}
+	// Still no vote while catching up.
+	if resp := f.do("p", Op{Kind: OpPrepare, Key: "k", Ballot: bal(1, "p")}); resp.Status != StatusRecovering {
+		t.Errorf("status %v while catching up, want %v", resp.Status, StatusRecovering)
+	}
+	// A peer that does not answer is asked again after RetryInterval, for
+	// the same bucket.
+	f.clock.advance(accRetry)
+	f.a.Tick()
+	if n := len(f.a.Ready().CatchUps); n != 2 {
+		t.Errorf("%d catch-up requests after the retry interval, want 2", n)
+	}
+}
+
+// answerCatchUp answers every catch-up request of f's acceptor addressed to
+// one of peers with an empty bucket, until those peers are done.
+func answerCatchUp(f *accFixture, reqs []CatchUpRequest, peers ...NodeID) []CatchUpRequest {
+	var rest []CatchUpRequest
+	for len(reqs) > 0 {
+		req := reqs[0]
+		reqs = reqs[1:]
+		if !slices.Contains(peers, req.To) {
+			rest = append(rest, req)
+			continue
+		}
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: req.To, To: "a", Inc: 1,
+			Status: StatusOK, Bucket: req.Bucket})
+		reqs = append(reqs, f.a.Ready().CatchUps...)
+	}
+	return rest
+}
+
+func TestAcceptorGoesLiveAfterMajorityOfOthersCaughtUp(t *testing.T) {
+	cases := []struct {
+		voters []NodeID
+		notYet []NodeID // done, yet not enough
+		enough NodeID   // the one that makes a majority of the configuration
+	}{
+		// 3 voters: a majority is 2, and only the others count, so both.
+		{[]NodeID{"a", "b", "c"}, []NodeID{"b"}, "c"},
+		// 5 voters: 3 of the 4 others; e is never heard from.
+		{[]NodeID{"a", "b", "c", "d", "e"}, []NodeID{"b", "c"}, "d"},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprintf("%d voters", len(tc.voters)), func(t *testing.T) {
+			f := newAccFixture(t, tc.voters...)
+			f.clock.advance(accQuarantine)
+			f.a.Tick()
+			reqs := answerCatchUp(f, f.a.Ready().CatchUps, tc.notYet...)
+			if f.a.State() != CatchingUp {
+				t.Fatalf("state %v after %v caught up, want still catching up", f.a.State(), tc.notYet)
+			}
+			// An answer for a bucket it did not ask for counts for nothing.
+			f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: tc.enough, To: "a", Status: StatusOK, Bucket: 1})
+			// Nor does an answer of another configuration.
+			f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID + 1, From: tc.enough, To: "a", Status: StatusOK, Bucket: 0})
+			if f.a.State() != CatchingUp {
+				t.Fatalf("state %v after stray answers, want still catching up", f.a.State())
+			}
+			answerCatchUp(f, reqs, tc.enough)
+			if f.a.State() != Live || f.a.FloorOnly() {
+				t.Fatalf("state %v floorOnly %v, want live with history", f.a.State(), f.a.FloorOnly())
+			}
+			if resp := f.do("p", Op{Kind: OpPrepare, Key: "k", Ballot: bal(1, "p")}); !resp.Results[0].OK {
+				t.Errorf("a live acceptor refused a prepare: %+v", resp.Results[0])
+			}
+		})
+	}
+}
+
+func TestAcceptorGoesLiveFloorOnlyWhenMajorityRecovering(t *testing.T) {
+	recovering := func(f *accFixture, from NodeID) {
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: from, To: "a", Status: StatusRecovering})
+	}
+	t.Run("3 voters: both others recovering", func(t *testing.T) {
+		f := newAccFixture(t)
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		recovering(f, "b")
+		recovering(f, "c")
+		if f.a.State() != Live || !f.a.FloorOnly() {
+			t.Fatalf("state %v floorOnly %v, want live on the floor only", f.a.State(), f.a.FloorOnly())
+		}
+	})
+	t.Run("3 voters: one other recovering is already a majority with this one", func(t *testing.T) {
+		// a and b both lost their state: no set of two voters that a and
+		// b both need can answer in full, so waiting for c would be for
+		// ever.
+		f := newAccFixture(t)
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		recovering(f, "b")
+		if f.a.State() != Live || !f.a.FloorOnly() {
+			t.Fatalf("state %v floorOnly %v, want live on the floor only", f.a.State(), f.a.FloorOnly())
+		}
+	})
+	t.Run("5 voters: two others recovering", func(t *testing.T) {
+		f := newAccFixture(t, "a", "b", "c", "d", "e")
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		recovering(f, "b")
+		if f.a.State() != CatchingUp {
+			t.Fatalf("state %v with 2 of 5 recovering, want still catching up", f.a.State())
+		}
+		recovering(f, "c")
+		if f.a.State() != Live || !f.a.FloorOnly() {
+			t.Fatalf("state %v floorOnly %v, want live on the floor only", f.a.State(), f.a.FloorOnly())
+		}
+	})
+}
+
+func TestAcceptorCatchUpMerges(t *testing.T) {
+	f := newAccFixture(t)
+	f.clock.advance(accQuarantine)
+	f.a.Tick()
+	kb := grantTo("q", 31, bal(4, "q"))
+	// b: promise 7.p, accepted 3.p, epoch 40 seen. c: promise 5.q,
+	// accepted 4.q (higher), a grant of epoch 31. "m" only tells an epoch
+	// through its value.
+	entries := map[NodeID][]Entry{
+		"b": {
+			{Key: "k", Promise: bal(7, "p"), Accepted: bal(3, "p"), Value: grantTo("p", 30, bal(3, "p")), MaxEpoch: 40},
+			{Key: "m", Accepted: bal(1, "p"), Value: Value{Epoch: 50}},
+		},
+		"c": {
+			{Key: "k", Promise: bal(5, "q"), Accepted: bal(4, "q"), Value: kb, MaxEpoch: 31},
+		},
+	}
+	for reqs := f.a.Ready().CatchUps; len(reqs) > 0; reqs = append(reqs[1:], f.a.Ready().CatchUps...) {
+		req := reqs[0]
+		var in []Entry
+		for _, e := range entries[req.To] {
+			if bucketOf(e.Key, req.Buckets) == req.Bucket {
+				in = append(in, e)
+			}
+		}
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: req.To, To: "a", Status: StatusOK,
+			Bucket: req.Bucket, Entries: in})
+	}
+	if f.a.State() != Live {
+		t.Fatalf("state %v after both peers answered, want live", f.a.State())
+	}
+	got := f.peek()
+	if got.Promised != bal(7, "p") {
+		t.Errorf("promise %v, want the highest, 7.p", got.Promised)
+	}
+	if got.Accepted != bal(4, "q") || got.Value != kb {
+		t.Errorf("accepted %v %v, want the highest ballot's value, 4.q %v", got.Accepted, got.Value, kb)
+	}
+	if got.MaxEpoch != 40 {
+		t.Errorf("MaxEpoch %d, want the highest, 40", got.MaxEpoch)
+	}
+	if got.Remaining != 0 {
+		t.Errorf("Remaining %v: a learned grant must run no timer here", got.Remaining)
+	}
+	m := f.one("observer", Op{Kind: OpPeek, Key: "m"})
+	if m.MaxEpoch != 50 {
+		t.Errorf("MaxEpoch of m is %d, want 50 (its value's epoch)", m.MaxEpoch)
+	}
+	mustRefuse(t, "prepare below the learned promise", f.prepare(bal(6, "z")), ReasonPromised)
+	// No timer, so an acquire's IfFree prepare is not held off here: the
+	// voters that accepted the grant time it.
+	mustOK(t, "IfFree prepare above the promise",
+		f.one("z", Op{Kind: OpPrepare, Key: "k", Ballot: bal(8, "z"), IfFree: true}))
+}
+
+func TestAcceptorCatchUpServesEachBucketOnce(t *testing.T) {
+	f := newLiveAcceptor(t)
+	keys := []string{"k", "l", "m", "n", "o", "p", "q"}
+	for i, k := range keys {
+		r := f.one("p", Op{Kind: OpAccept, Key: k, Ballot: bal(1, "p"), Inc: accInc, Value: Value{Epoch: uint64(i + 1)}})
+		mustOK(t, "accept "+k, r)
+	}
+	var got []string
+	for b := uint32(0); b < 3; b++ {
+		resp := f.a.HandleCatchUp(&CatchUpRequest{Config: f.m.ID, From: "b", To: "a", Bucket: b, Buckets: 3})
+		if resp.Status != StatusOK || resp.Bucket != b || resp.To != "b" || resp.Inc != accInc {
+			t.Fatalf("bucket %d: %+v", b, resp)
+		}
+		for _, e := range resp.Entries {
+			if bucketOf(e.Key, 3) != b {
+				t.Errorf("key %q served in bucket %d", e.Key, b)
+			}
+			got = append(got, e.Key)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, keys) {
+		t.Errorf("served %v, want every key once: %v", got, keys)
+	}
+}
+
+// watchPrepare is the prepare of an acquire that waits: IfFree and Watch.
+func watchPrepare(counter uint64, from NodeID) Op {
+	return Op{Kind: OpPrepare, Key: "k", Ballot: bal(counter, from), IfFree: true, Watch: true}
+}
+
+// notified lists the proposers the acceptor's Ready tells that "k" is free.
+func notified(t testing.TB, a *Acceptor) []NodeID {
+	t.Helper()
+	var to []NodeID
+	for _, n := range a.Ready().Notifies {
+		if !slices.Equal(n.Keys, []string{"k"}) || n.From != "a" || n.Config != 7 {
+			t.Errorf("notify %+v", n)
+		}
+		to = append(to, n.To)
+	}
+	return to
+}
+
+// heldWithWatchers returns an acceptor where p holds "k" (granted at 1.p,
+// 2.p promised) and w1, w2, w3 wait, in that order.
+func heldWithWatchers(t testing.TB) *accFixture {
+	f := newLiveAcceptor(t)
+	mustOK(t, "grant", f.acceptNext(bal(1, "p"), grantTo("p", 30, bal(1, "p")), bal(2, "p")))
+	for i, w := range []NodeID{"w1", "w2", "w3"} {
+		mustRefuse(t, "watch of "+string(w), f.one(w, watchPrepare(uint64(3+i), w)), ReasonHeld)
+	}
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Fatalf("notified %v while the lease is live", n)
+	}
+	return f
+}
+
+// release frees "k" from p at its promised ballot 2.p.
+func release(t testing.TB, f *accFixture) {
+	t.Helper()
+	mustOK(t, "release", f.accept(bal(2, "p"), Value{Epoch: 30}))
+}
+
+func TestAcceptorWatchRegistersOnlyOnLiveLease(t *testing.T) {
+	f := newLiveAcceptor(t)
+	// The key is free here: a waiter that finds it so is about to take it,
+	// and is not queued.
+	mustOK(t, "watch prepare on a free key", f.one("w1", watchPrepare(1, "w1")))
+	mustOK(t, "grant", f.acceptNext(bal(2, "p"), grantTo("p", 30, bal(2, "p")), bal(3, "p")))
+	mustOK(t, "release", f.accept(bal(3, "p"), Value{Epoch: 30}))
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Errorf("notified %v, yet nobody watched a live lease", n)
+	}
+}
+
+func TestAcceptorReleaseNotifiesFirstWatcherOnly(t *testing.T) {
+	f := heldWithWatchers(t)
+	release(t, f)
+	// FIFO hand-off: only the first in line is told, so that waiters take
+	// turns instead of all fighting for the key.
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+		t.Fatalf("notified %v, want [w1]", n)
+	}
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Errorf("Ready repeats notifies: %v", n)
+	}
+}
+
+func TestAcceptorHandoffPassesToNextWatcherAfterGrace(t *testing.T) {
+	f := heldWithWatchers(t)
+	release(t, f)
+	notified(t, f.a) // w1
+	// w1 does nothing. The next in line is told a grace later, not before.
+	f.clock.advance(accGrace - time.Nanosecond)
+	f.a.Tick()
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Fatalf("notified %v before the hand-off grace ran out", n)
+	}
+	f.clock.advance(time.Nanosecond)
+	f.a.Tick()
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w2"}) {
+		t.Fatalf("notified %v after the grace, want [w2]", n)
+	}
+	// w2 comes for the key within its grace: w3 is not told.
+	mustOK(t, "w2's prepare", f.one("w2", watchPrepare(10, "w2")))
+	f.clock.advance(accGrace)
+	f.a.Tick()
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Errorf("notified %v although w2 came for the key", n)
+	}
+}
+
+func TestAcceptorHandoffRefusesOtherGrants(t *testing.T) {
+	cases := []struct {
+		name   string
+		before func(f *accFixture)
+		holder NodeID
+		wantOK bool
+	}{
+		{"the releasing node barging in is refused", nil, "p", false},
+		{"another waiter is refused", nil, "w2", false},
+		{"the waiter told is granted", nil, "w1", true},
+		{"anyone is granted after the grace", func(f *accFixture) { f.clock.advance(accGrace) }, "p", true},
+		{"anyone is granted once the waiter came", func(f *accFixture) {
+			mustOK(f.t, "w1's prepare", f.one("w1", watchPrepare(10, "w1")))
+		}, "p", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := heldWithWatchers(t)
+			release(t, f)
+			if tc.before != nil {
+				tc.before(f)
+			}
+			b := bal(20, tc.holder)
+			r := f.one(tc.holder, Op{Kind: OpAccept, Key: "k", Ballot: b, Inc: accInc, Value: grantTo(tc.holder, 31, b)})
+			if tc.wantOK {
+				mustOK(t, "grant", r)
+			} else {
+				mustRefuse(t, "grant", r, ReasonHandoff)
+			}
+		})
+	}
+	t.Run("a write-back of the free value is not a grant", func(t *testing.T) {
+		f := heldWithWatchers(t)
+		release(t, f)
+		mustOK(t, "read's write-back", f.accept(bal(20, "r"), Value{Epoch: 30}))
+	})
+}
+
+func TestAcceptorLeaseExpiryNotifiesWatcher(t *testing.T) {
+	// One waiter (several are TestBugLeaseEndWakesWatchersOutOfTurn).
+	f := newLiveAcceptor(t)
+	mustOK(t, "grant", f.acceptNext(bal(1, "p"), grantTo("p", 30, bal(1, "p")), bal(2, "p")))
+	mustRefuse(t, "w1's watch", f.one("w1", watchPrepare(3, "w1")), ReasonHeld)
+	// A renewal half way moves the end of the lease; the watcher waits on.
+	f.clock.advance(accTTL / 2)
+	mustOK(t, "renewal", f.acceptNext(bal(2, "p"), grantTo("p", 30, bal(2, "p")), bal(3, "p")))
+	f.clock.advance(accTTL / 2)
+	f.a.Tick()
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Fatalf("notified %v when the first lease period ended, but it was renewed", n)
+	}
+	if at, ok := f.a.NextTick(); !ok || at != f.clock.Now()+accTTL/2 {
+		t.Errorf("NextTick = %v %v, want the renewed lease's end %v", at, ok, f.clock.Now()+accTTL/2)
+	}
+	f.clock.advance(accTTL/2 - time.Nanosecond)
+	f.a.Tick()
+	if n := notified(t, f.a); len(n) != 0 {
+		t.Fatalf("notified %v a nanosecond before the lease ends", n)
+	}
+	f.clock.advance(time.Nanosecond)
+	f.a.Tick()
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+		t.Fatalf("notified %v when the lease ended, want [w1]", n)
+	}
+}
+
+// TestBugLeaseEndWakesWatchersOutOfTurn shows that the FIFO hand-off breaks
+// when a lease ends by expiry rather than by a release: every watch prepare
+// pushes its own expiry entry, and expire() wakes one watcher per entry, not
+// one per key, and without looking whether a hand-off is already running.
+// So at a lease's end every waiter is told at once (the rush the hand-off is
+// meant to prevent), handedTo ends on the last of them, and the first in line
+// is refused with ReasonHandoff when it comes for the key. The same entries
+// cut short the grace of a waiter told by a release shortly before the lease
+// would have ended.
+func TestBugLeaseEndWakesWatchersOutOfTurn(t *testing.T) {
+	t.Run("expiry tells only the first waiter", func(t *testing.T) {
+		f := heldWithWatchers(t) // p holds from t0 for accTTL; w1, w2, w3 wait
+		f.clock.advance(accTTL)
+		f.a.Tick()
+		n := notified(t, f.a)
+		// w1 comes for the key within its grace, as told.
+		mustOK(t, "w1's prepare", f.one("w1", watchPrepare(10, "w1")))
+		r := f.accept(bal(10, "w1"), grantTo("w1", 31, bal(10, "w1")))
+		if !slices.Equal(n, []NodeID{"w1"}) || !r.OK {
+			t.Errorf("at the lease's end: notified %v, want [w1]; then w1's grant ok=%v reason %d, want ok",
+				n, r.OK, r.Reason)
+		}
+	})
+	t.Run("the lease's end does not cut a hand-off's grace short", func(t *testing.T) {
+		f := heldWithWatchers(t)
+		// p releases a little before its timer here would have run out.
+		f.clock.advance(accTTL - accGrace/2)
+		release(t, f)
+		if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+			t.Fatalf("release notified %v, want [w1]", n)
+		}
+		f.clock.advance(accGrace / 2) // the lease's old end; w1's grace still runs
+		f.a.Tick()
+		n := notified(t, f.a)
+		mustOK(t, "w1's prepare", f.one("w1", watchPrepare(10, "w1")))
+		r := f.accept(bal(10, "w1"), grantTo("w1", 31, bal(10, "w1")))
+		if len(n) != 0 || !r.OK {
+			t.Errorf("within w1's grace: notified %v, want nobody; then w1's grant ok=%v reason %d, want ok",
+				n, r.OK, r.Reason)
+		}
+	})
+}
+
+func TestAcceptorNewGrantLeavesWatchers(t *testing.T) {
+	// w1 is told, takes the key: it waits no more, and when it releases,
+	// w2 is next.
+	f := heldWithWatchers(t)
+	release(t, f)
+	notified(t, f.a)
+	mustOK(t, "w1's prepare", f.one("w1", watchPrepare(10, "w1")))
+	mustOK(t, "w1's grant", f.acceptNext(bal(10, "w1"), grantTo("w1", 31, bal(10, "w1")), bal(11, "w1")))
+	mustOK(t, "w1's release", f.accept(bal(11, "w1"), Value{Epoch: 31}))
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w2"}) {
+		t.Fatalf("notified %v after w1's release, want [w2]", n)
+	}
+}
