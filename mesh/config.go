@@ -184,6 +184,10 @@ func (c *Config) Validate() error {
 	if err := c.Timing.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	if c.Timing.NoticeMargin <= 0 {
+		// C3: a holder is told of a loss before its deadline, not at it.
+		return fmt.Errorf("%w: Timing.NoticeMargin must be positive", ErrInvalidConfig)
+	}
 	if c.MaxTTL != 0 && c.MaxTTL < c.Timing.TTL {
 		return fmt.Errorf("%w: MaxTTL %v below the default TTL %v", ErrInvalidConfig, c.MaxTTL, c.Timing.TTL)
 	}

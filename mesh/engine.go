@@ -84,11 +84,7 @@ func (m *Mesh) sendRequest(req *quorum.Request) {
 		part := *req
 		n := min(len(req.Ops), m.lim.maxOps)
 		part.Ops, req.Ops = req.Ops[:n:n], req.Ops[n:]
-		body, err := encode(kindRequest, &part)
-		if err != nil {
-			m.log.Error("encoding a ballot request", "error", err)
-			return
-		}
+		body := encodeRequest(&part)
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
 		go m.call(addr, body)
@@ -106,16 +102,12 @@ func (m *Mesh) call(addr string, body []byte) {
 		return
 	}
 	m.incr("bytes.received", float32(len(reply)))
-	var resp quorum.Response
-	if err := decode(reply, kindResponse, &resp); err != nil {
+	resp, err := m.lim.decodeResponse(reply)
+	if err != nil {
 		m.log.Warn("bad ballot response", "peer", addr, "error", err)
 		return
 	}
-	if err := m.lim.checkResponse(&resp); err != nil {
-		m.log.Warn("bad ballot response", "peer", addr, "error", err)
-		return
-	}
-	m.drive(func(p *quorum.Proposer) { p.Step(&resp) })
+	m.drive(func(p *quorum.Proposer) { p.Step(resp) })
 }
 
 // acceptorReady sends what the acceptor wants sent. Notifies to this node
@@ -135,11 +127,8 @@ func (m *Mesh) acceptorReady(ard quorum.AcceptorReady, underProp bool) {
 		if !ok {
 			continue
 		}
-		body, err := encode(kindNotify, n)
-		if err == nil {
-			m.incr("messages.sent", 1)
-			_ = m.tr.Send(addr, body)
-		}
+		m.incr("messages.sent", 1)
+		_ = m.tr.Send(addr, encodeNotify(n))
 	}
 	for i := range ard.CatchUps {
 		req := ard.CatchUps[i]
@@ -225,11 +214,8 @@ func (m *Mesh) refuse(from string, err error) ([]byte, error) {
 }
 
 func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
-	var req quorum.Request
-	if err := decode(body, kindRequest, &req); err != nil {
-		return m.refuse(from, err)
-	}
-	if err := m.lim.checkRequest(&req); err != nil {
+	req, err := m.lim.decodeRequest(body)
+	if err != nil {
 		return m.refuse(from, err)
 	}
 	if string(req.From) != from {
@@ -240,7 +226,7 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 		m.accMu.Unlock()
 		return nil, fmt.Errorf("mesh: %s does not vote", m.name)
 	}
-	resp := m.acc.HandleRequest(&req)
+	resp := m.acc.HandleRequest(req)
 	ard := m.acc.Ready()
 	m.accMu.Unlock()
 	if resp.Status == quorum.StatusWrongConfig {
@@ -249,7 +235,7 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	}
 	m.acceptorReady(ard, false)
 	m.kickTimer()
-	return encode(kindResponse, resp)
+	return encodeResponse(resp), nil
 }
 
 func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
@@ -277,17 +263,13 @@ func (h handler) HandleMessage(from string, body []byte) {
 		return
 	}
 	m.incr("messages.received", 1)
-	var n quorum.Notify
-	if err := decode(body, kindNotify, &n); err != nil {
+	n, err := m.lim.decodeNotify(body)
+	if err != nil || string(n.From) != from {
 		m.incr("rpc.malformed", 1)
 		m.log.Warn("ignoring a malformed notification", "peer", from, "error", err)
 		return
 	}
-	if err := m.lim.checkNotify(&n); err != nil || string(n.From) != from {
-		m.incr("rpc.malformed", 1)
-		return
-	}
-	m.drive(func(p *quorum.Proposer) { p.HandleNotify(&n) })
+	m.drive(func(p *quorum.Proposer) { p.HandleNotify(n) })
 }
 
 // timerLoop ticks the state machines when their timers are due.

@@ -48,7 +48,7 @@ type Mesh struct {
 	waiters map[quorum.OpID]chan outcome
 	leases  map[string]*Lease
 
-	started   chan struct{} // closed when New is done
+	started chan struct{} // closed when New is done
 	// observe, when a test sets it, sees every operation result
 	// (internal ones included) under propMu.
 	observe func(quorum.OpResult)

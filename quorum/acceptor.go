@@ -134,7 +134,7 @@ type Acceptor struct {
 	regs      map[string]*register
 
 	expiries expiryHeap
-	notify   map[NodeID][]string
+	notify   map[NodeID][]notice
 
 	catchUp *catchUp
 	// floorOnly is set when a majority of voters had lost their state at
@@ -178,7 +178,7 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		state:     Quarantined,
 		startedAt: cfg.Clock.Now(),
 		regs:      make(map[string]*register),
-		notify:    make(map[NodeID][]string),
+		notify:    make(map[NodeID][]notice),
 	}
 	return a, nil
 }
@@ -430,11 +430,22 @@ func (a *Acceptor) Ready() AcceptorReady {
 }
 
 func (a *Acceptor) flushNotify(rd *AcceptorReady, to NodeID) {
-	keys, ok := a.notify[to]
+	ns, ok := a.notify[to]
 	if !ok {
 		return
 	}
 	delete(a.notify, to)
 	a.stats.Notifies++
-	rd.Notifies = append(rd.Notifies, Notify{Config: a.m.ID, From: a.cfg.ID, To: to, Keys: keys})
+	n := Notify{Config: a.m.ID, From: a.cfg.ID, To: to, Keys: make([]string, len(ns)), Promised: make([]uint64, len(ns))}
+	for i, x := range ns {
+		n.Keys[i], n.Promised[i] = x.key, x.promised
+	}
+	rd.Notifies = append(rd.Notifies, n)
+}
+
+// notice is a key to tell a watcher about, with the ballot counter promised
+// here, so that the waiter's next ballot is high enough to win at once.
+type notice struct {
+	key      string
+	promised uint64
 }

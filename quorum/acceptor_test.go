@@ -850,7 +850,7 @@ func TestAcceptorHandoffRefusesOtherGrants(t *testing.T) {
 }
 
 func TestAcceptorLeaseExpiryNotifiesWatcher(t *testing.T) {
-	// One waiter (several are TestBugLeaseEndWakesWatchersOutOfTurn).
+	// One waiter (several are TestAcceptorLeaseEndWakesWatchersInTurn).
 	f := newLiveAcceptor(t)
 	mustOK(t, "grant", f.acceptNext(bal(1, "p"), grantTo("p", 30, bal(1, "p")), bal(2, "p")))
 	mustRefuse(t, "w1's watch", f.one("w1", watchPrepare(3, "w1")), ReasonHeld)
@@ -877,16 +877,14 @@ func TestAcceptorLeaseExpiryNotifiesWatcher(t *testing.T) {
 	}
 }
 
-// TestBugLeaseEndWakesWatchersOutOfTurn shows that the FIFO hand-off breaks
-// when a lease ends by expiry rather than by a release: every watch prepare
-// pushes its own expiry entry, and expire() wakes one watcher per entry, not
-// one per key, and without looking whether a hand-off is already running.
-// So at a lease's end every waiter is told at once (the rush the hand-off is
-// meant to prevent), handedTo ends on the last of them, and the first in line
-// is refused with ReasonHandoff when it comes for the key. The same entries
-// cut short the grace of a waiter told by a release shortly before the lease
-// would have ended.
-func TestBugLeaseEndWakesWatchersOutOfTurn(t *testing.T) {
+// TestAcceptorLeaseEndWakesWatchersInTurn: the FIFO hand-off holds when a
+// lease ends by expiry rather than by a release. Every watch prepare queues
+// its own expiry entry; only the first to fire may wake a waiter, so at a
+// lease's end the first in line alone is told (not every waiter at once, the
+// rush the hand-off prevents), and a hand-off started by a release shortly
+// before the lease would have ended keeps its grace. (Found as a bug: each
+// entry used to wake one more waiter.)
+func TestAcceptorLeaseEndWakesWatchersInTurn(t *testing.T) {
 	t.Run("expiry tells only the first waiter", func(t *testing.T) {
 		f := heldWithWatchers(t) // p holds from t0 for accTTL; w1, w2, w3 wait
 		f.clock.advance(accTTL)

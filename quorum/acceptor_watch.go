@@ -35,7 +35,7 @@ func (a *Acceptor) wake(key string, r *register, now time.Duration) {
 	}
 	w := r.watchers[0]
 	r.watchers = append(r.watchers[:0], r.watchers[1:]...)
-	a.notify[w] = append(a.notify[w], key)
+	a.notify[w] = append(a.notify[w], notice{key, r.promise.Counter})
 	r.handedTo, r.handedUntil = w, now+a.cfg.HandoffGrace
 	if len(r.watchers) > 0 {
 		heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
@@ -56,9 +56,14 @@ func (a *Acceptor) expire(now time.Duration) {
 			heap.Push(&a.expiries, expiry{at: now + left, key: e.key})
 			continue
 		}
-		if e.handoff && r.handedTo == "" {
+		switch {
+		case e.handoff && r.handedTo == "":
 			// The waiter told last came for the key; whatever came of it,
 			// the next waiter is told at the next release or expiry.
+			continue
+		case !e.handoff && r.handedTo != "" && now < r.handedUntil:
+			// A hand-off is running (several waiters may each have queued
+			// the end of the same lease): its own grace decides what next.
 			continue
 		}
 		a.wake(e.key, r, now)

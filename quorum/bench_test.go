@@ -139,7 +139,7 @@ func (bc *benchCluster) advance(d time.Duration) {
 //   - fast-path-acquire+release: one key taken and given back in turn; each
 //     is a single round trip of accepts (the figure covers both). Once every
 //     4096 turns the proposer forgets the key's fast path and a ballot is
-//     lost (TestBugIdleKeysEvictTheKeyJustUsed); complete() rides that out.
+//     lost (TestProposerIdleKeysKeepTheKeyJustUsed); complete() rides that out.
 func BenchmarkProposerAcquire(b *testing.B) {
 	opts := scOpts(false)
 	b.Run("fresh-key", func(b *testing.B) {
@@ -194,7 +194,7 @@ func BenchmarkProposerAcquire(b *testing.B) {
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(sent)/float64(b.N), "requests/op")
-		// Not quite 2 per iteration: see TestBugIdleKeysEvictTheKeyJustUsed.
+		// Not quite 2 per iteration: see TestProposerIdleKeysKeepTheKeyJustUsed.
 		b.ReportMetric(float64(bc.p.Stats().FastRounds)/float64(b.N), "fast-rounds/op")
 	})
 }

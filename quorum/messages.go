@@ -150,6 +150,10 @@ type Notify struct {
 	From   NodeID   `codec:"f"`
 	To     NodeID   `codec:"to"`
 	Keys   []string `codec:"k"`
+	// Promised holds, for each key, the ballot counter the acceptor had
+	// promised (the releaser's next ballot, usually): a waiter that goes
+	// above it wins its first round.
+	Promised []uint64 `codec:"p,omitempty"`
 }
 
 // CatchUpRequest asks a voter for its registers in one bucket of the key

@@ -240,7 +240,12 @@ type Proposer struct {
 	held   []*keyState       // keys with a lease, in a reproducible order
 	incs   map[NodeID]uint64 // latest incarnation heard from each acceptor
 	timers timerHeap
-	idle   []*keyState // keys with fast-path state and nothing else, oldest first
+	idle   []idleKey   // keys with fast-path state and nothing else, oldest first
+	nidle  int         // how many keys are idle (idle may hold stale entries)
+
+	renewAt    time.Duration // when the renewal timer fires
+	renewArmed bool
+	renewGen   uint64
 
 	nextOp  OpID
 	nextRID uint64
@@ -408,6 +413,10 @@ func (p *Proposer) Holds(key string) (epoch uint64, deadline time.Duration, ok b
 	return ks.lease.epoch, ks.lease.deadline, true
 }
 
+// Pending is the number of operations in progress, background work
+// included.
+func (p *Proposer) Pending() int { return len(p.ops) }
+
 // Leases is the number of leases this node holds.
 func (p *Proposer) Leases() int { return len(p.held) }
 
@@ -451,7 +460,7 @@ func (p *Proposer) Tick() {
 
 // NextTick is the earliest time at which Tick has work.
 func (p *Proposer) NextTick() (time.Duration, bool) {
-	for len(p.timers) > 0 && p.timers[0].stale() {
+	for len(p.timers) > 0 && p.timers[0].stale(p) {
 		heap.Pop(&p.timers)
 	}
 	if len(p.timers) == 0 {
@@ -466,8 +475,11 @@ func (p *Proposer) HandleNotify(n *Notify) {
 	if n.Config != p.m.ID {
 		return
 	}
-	for _, k := range n.Keys {
+	for i, k := range n.Keys {
 		if ks := p.keys[k]; ks != nil {
+			if i < len(n.Promised) && n.Promised[i] > ks.counter {
+				ks.counter = n.Promised[i]
+			}
 			p.wakeParked(ks)
 		}
 	}
@@ -485,7 +497,7 @@ func (p *Proposer) attach(ks *keyState) *keyState {
 		cur.counter = max(cur.counter, ks.counter)
 		ks = cur
 	}
-	ks.idle = false
+	p.busy(ks)
 	return ks
 }
 
@@ -495,8 +507,16 @@ func (p *Proposer) key(k string) *keyState {
 		ks = &keyState{key: k}
 		p.keys[k] = ks
 	}
-	ks.idle = false
+	p.busy(ks)
 	return ks
+}
+
+// busy takes ks off the idle count: it is in use again.
+func (p *Proposer) busy(ks *keyState) {
+	if ks.idle {
+		ks.idle = false
+		p.nidle--
+	}
 }
 
 func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op {
@@ -592,21 +612,47 @@ func (p *Proposer) maybeForget(ks *keyState) {
 		return
 	}
 	ks.idle = true
-	p.idle = append(p.idle, ks)
-	for len(p.idle) > p.cfg.MaxIdleKeys {
-		old := p.idle[0]
+	ks.idleSeq++
+	p.nidle++
+	p.idle = append(p.idle, idleKey{ks, ks.idleSeq})
+	for p.nidle > p.cfg.MaxIdleKeys && len(p.idle) > 0 {
+		e := p.idle[0]
 		p.idle = p.idle[1:]
-		if !old.idle {
-			continue // in use again; it rejoins the list when it goes idle
+		old := e.ks
+		if !old.idle || e.seq != old.idleSeq {
+			continue // used since: a later entry stands for it, if any
 		}
 		old.fast = nil
-		if old.lastDeadline <= now {
-			old.idle = false
-			if p.keys[old.key] == old {
-				delete(p.keys, old.key)
+		if old.lastDeadline > now {
+			// Cannot forget it yet; look again when it comes round.
+			old.idleSeq++
+			p.idle = append(p.idle, idleKey{old, old.idleSeq})
+			if len(p.idle) <= p.nidle {
+				break // every idle key is waiting for its deadline
 			}
-		} else {
-			p.idle = append(p.idle, old)
+			continue
+		}
+		old.idle = false
+		p.nidle--
+		if p.keys[old.key] == old {
+			delete(p.keys, old.key)
 		}
 	}
+	if len(p.idle) > 2*p.cfg.MaxIdleKeys+16 {
+		// Drop entries of keys used again since, so the list stays small.
+		live := p.idle[:0]
+		for _, e := range p.idle {
+			if e.ks.idle && e.seq == e.ks.idleSeq {
+				live = append(live, e)
+			}
+		}
+		p.idle = live
+	}
+}
+
+// idleKey is an entry of the idle list; seq tells a stale entry (the key
+// was used and went idle again since) from the current one.
+type idleKey struct {
+	ks  *keyState
+	seq uint64
 }

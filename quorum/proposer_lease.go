@@ -25,12 +25,25 @@ func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.D
 	p.armLease(ks)
 }
 
-// armLease sets the lease's renewal and notice timers.
+// armLease sets the lease's notice timer and makes sure the proposer's one
+// renewal timer fires in time for it.
 func (p *Proposer) armLease(ks *keyState) {
 	l := ks.lease
 	l.gen++
-	p.arm(timer{at: l.lastStart + l.opts.RenewEvery, kind: timerRenew, ks: ks, gen: l.gen})
 	p.arm(timer{at: l.deadline - l.opts.Notice, kind: timerNotice, ks: ks, gen: l.gen})
+	p.armRenew(l.lastStart + l.opts.RenewEvery)
+}
+
+// armRenew makes the renewal timer fire at at, unless it fires sooner. One
+// timer serves every lease: when it fires, one pass over the leases renews
+// all that are due or nearly due, in one batch.
+func (p *Proposer) armRenew(at time.Duration) {
+	if p.renewArmed && p.renewAt <= at {
+		return
+	}
+	p.renewGen++
+	p.renewAt, p.renewArmed = at, true
+	p.arm(timer{at: at, kind: timerRenew, gen: p.renewGen})
 }
 
 func (p *Proposer) dropLease(ks *keyState) {
@@ -51,9 +64,17 @@ func (p *Proposer) dropLease(ks *keyState) {
 // renewal time, so that leases taken at different moments fall into one
 // batch: one message per voter renews them all.
 func (p *Proposer) renewDue(now time.Duration) {
+	p.renewArmed = false
+	next, any := time.Duration(0), false
 	for _, ks := range p.held {
 		l := ks.lease
-		if l.renewing || now < l.lastStart+l.opts.RenewEvery/2 {
+		if l.renewing {
+			continue
+		}
+		if now < l.lastStart+l.opts.RenewEvery/2 {
+			if due := l.lastStart + l.opts.RenewEvery; !any || due < next {
+				next, any = due, true
+			}
 			continue
 		}
 		l.renewing = true
@@ -61,6 +82,9 @@ func (p *Proposer) renewDue(now time.Duration) {
 		x.epoch = l.epoch
 		x.opts = l.opts
 		p.enqueue(x, true)
+	}
+	if any {
+		p.armRenew(next)
 	}
 }
 
@@ -200,15 +224,18 @@ type timer struct {
 	gen  uint64
 }
 
-func (t *timer) stale() bool {
-	if t.op != nil {
+func (t *timer) stale(p *Proposer) bool {
+	switch {
+	case t.op != nil:
 		return t.op.timerGen != t.gen || t.op.phase == phaseDone
+	case t.kind == timerRenew:
+		return t.gen != p.renewGen
 	}
 	return t.ks.lease == nil || t.ks.lease.gen != t.gen
 }
 
 func (t *timer) fire(p *Proposer, now time.Duration) {
-	if t.stale() {
+	if t.stale(p) {
 		return
 	}
 	switch t.kind {

@@ -42,7 +42,8 @@ type keyState struct {
 	lastDeadline time.Duration
 	counter      uint64 // highest ballot counter seen on this key
 	fast         *fastPath
-	idle         bool // on the proposer's idle list
+	idle         bool   // idle: counted in Proposer.nidle
+	idleSeq      uint64 // tells the current idle-list entry from stale ones
 }
 
 func (ks *keyState) unused() bool {
@@ -576,6 +577,12 @@ func (p *Proposer) retry(x *op) {
 	x.phase = phaseBackoff
 	shift := min(x.attempts, 5)
 	wait := time.Duration(p.rand.Int63n(int64(p.cfg.Backoff)<<shift + 1))
+	if x.contended && x.attempts == 1 {
+		// A first round lost to a ballot promised before it (the last
+		// holder's next one, usually): now that the counter is known, go
+		// again at once; only a second loss means a duel.
+		wait = 0
+	}
 	if !x.contended {
 		// Silence or voters that cannot vote yet: asking again at once
 		// only adds load. Wait as long as a round may take.

@@ -400,17 +400,13 @@ func TestProposerRefusesBadArguments(t *testing.T) {
 	}
 }
 
-// TestBugIdleKeysEvictTheKeyJustUsed shows that MaxIdleKeys does not bound
-// idle keys but idle *turns*: maybeForget appends a key to p.idle every time
-// it goes idle, without removing the entry it left there the last time (it
-// only clears ks.idle when the key is used again). A node that takes and
-// releases one key over and over fills the list with that one key, and at
-// turn MaxIdleKeys+1 evicts it, the most recently used key, although it is
-// the only idle key: its fast path and ballot counter are dropped, and the
-// next acquire prepares from counter 1, loses to the acceptors' promise, and
-// backs off before it is granted. With the default bound (4096) this happens
-// every 4096 turns of a hot key (BenchmarkProposerAcquire shows it).
-func TestBugIdleKeysEvictTheKeyJustUsed(t *testing.T) {
+// TestProposerIdleKeysKeepTheKeyJustUsed: MaxIdleKeys bounds idle keys, not
+// idle turns. A node that takes and releases one key over and over keeps its
+// fast path and ballot counter for it, however many turns it takes. (Found
+// as a bug: each turn used to add an entry to the idle list, so the one hot
+// key was evicted at turn MaxIdleKeys+1 and its next acquire prepared from
+// counter 1, lost to the acceptors' promise and backed off.)
+func TestProposerIdleKeysKeepTheKeyJustUsed(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1")
 	c.restartProposer("p1", func(cfg *ProposerConfig) { cfg.MaxIdleKeys = 2 })
 	for turn := 0; turn < 3; turn++ {

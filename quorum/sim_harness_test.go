@@ -31,9 +31,9 @@ type simConfig struct {
 	Notice       time.Duration
 	RoundTimeout time.Duration
 
-	Drop, Dup    float64
+	Drop, Dup float64
 	// LongTail is the share of messages delayed 100-400ms (default 0.003).
-	LongTail float64
+	LongTail     float64
 	Partitions   bool
 	OneWay       bool
 	Crashes      bool

@@ -1,0 +1,165 @@
+package mesh
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lockmesh/lockmesh/quorum"
+	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
+)
+
+// recorder turns every operation result of every node into a history for
+// porcupine, the way the simulator does: each operation from the start of
+// the part of it that took effect to its result, and each write whose
+// outcome its operation never learned as an operation of its own that may
+// take effect at any time after it began.
+type recorder struct {
+	mu   sync.Mutex
+	hist *qt.History
+}
+
+func (r *recorder) attach(m *Mesh) {
+	holder := fmt.Sprintf("%s/%d", m.name, m.inc)
+	m.propMu.Lock()
+	defer m.propMu.Unlock()
+	m.observe = func(res quorum.OpResult) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		now := time.Now().UnixNano()
+		call := m.clock.at(res.RoundStarted).UnixNano()
+		started := m.clock.at(res.Started).UnixNano()
+		out := qt.Output{Outcome: outcomeName(res.Outcome), Epoch: res.Epoch}
+		var in qt.Input
+		switch {
+		case res.Internal:
+			in = qt.Input{Kind: qt.Cleanup, Holder: holder}
+			for _, e := range res.Attempted {
+				if res.Outcome != quorum.Released || e != res.Epoch {
+					r.hist.Add(res.Key, -1, in, qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: e}, started, qt.Infinity)
+				}
+			}
+		case res.Outcome == quorum.ReadDone:
+			in = qt.Input{Kind: qt.Read, Holder: holder}
+			out.Held, out.Holder = res.Value.Held, holderName(res.Value.Holder, res.Value.HolderInc)
+		case res.Outcome == quorum.Released || res.Outcome == quorum.NotHeld:
+			epoch := res.Epoch
+			in = qt.Input{Kind: qt.Release, Holder: holder, Epoch: epoch}
+			if res.Outcome == quorum.NotHeld {
+				for _, e := range res.Attempted {
+					r.hist.Add(res.Key, -1, qt.Input{Kind: qt.Release, Holder: holder, Epoch: e},
+						qt.Output{Outcome: qt.NoQuorum, Unknown: true}, started, qt.Infinity)
+				}
+			}
+		default: // acquires, and no-quorum results of any kind
+			in = qt.Input{Kind: qt.Acquire, Holder: holder}
+			if res.Outcome == quorum.Locked {
+				out.Holder = holderName(res.Holder, res.HolderInc)
+			}
+			for _, e := range res.Attempted {
+				if res.Outcome != quorum.Granted || e != res.Epoch {
+					r.hist.Add(res.Key, -1, in, qt.Output{Outcome: qt.NoQuorum, Unknown: true, Attempted: []uint64{e}}, started, qt.Infinity)
+				}
+			}
+		}
+		r.hist.Add(res.Key, -1, in, out, min(call, now), now)
+	}
+}
+
+func outcomeName(o quorum.Outcome) string {
+	switch o {
+	case quorum.Granted:
+		return qt.Granted
+	case quorum.Locked:
+		return qt.Locked
+	case quorum.Released:
+		return qt.Released
+	case quorum.NotHeld:
+		return qt.NotHeld
+	case quorum.ReadDone:
+		return qt.ReadDone
+	case quorum.Cancelled:
+		return qt.Cancelled
+	}
+	return qt.NoQuorum
+}
+
+func holderName(id quorum.NodeID, inc uint64) string {
+	if id == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s/%d", id, inc)
+}
+
+// Clients on every node acquire, try, read and release a few keys over a
+// network that drops and delays ballot messages; the whole history must be
+// linearizable against the lock register's model.
+func TestRealHistoryIsLinearizable(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, proposers: 1})
+	c.waitVoting()
+	rec := &recorder{hist: qt.NewHistory()}
+	for _, m := range c.nodes {
+		rec.attach(m)
+	}
+	c.net.SetDropRate(0.02)
+	c.net.SetDelay(0, 2*time.Millisecond)
+	keys := []string{"x", "y"}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, m := range c.nodes {
+		for w := 0; w < 3; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(int64(i*10 + w)))
+				for ctx.Err() == nil {
+					key := keys[rng.Intn(len(keys))]
+					opctx, opcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+					switch rng.Intn(4) {
+					case 0:
+						m.Holder(opctx, key)
+					case 1:
+						if l, err := m.TryAcquire(opctx, key); err == nil {
+							l.Release(ctx)
+						}
+					default:
+						if l, err := m.Acquire(opctx, key); err == nil {
+							l.Release(ctx)
+						}
+					}
+					opcancel()
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	c.net.SetDropRate(0)
+	// Let background work (cleanups of unknown outcomes) finish, so that
+	// every write is in the history.
+	waitFor(t, 20*time.Second, "background work to finish", func() bool {
+		for _, m := range c.nodes {
+			m.propMu.Lock()
+			n := m.prop.Pending()
+			m.propMu.Unlock()
+			if n > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("%d operations recorded", rec.hist.Len())
+	if rec.hist.Len() < 50 {
+		t.Fatalf("only %d operations: the test did not exercise the mesh", rec.hist.Len())
+	}
+	bad, unknown := rec.hist.Check(30 * time.Second)
+	for _, k := range bad {
+		t.Errorf("history of %q is not linearizable:\n%s", k, rec.hist.Explain(k, 30))
+	}
+	if len(unknown) > 0 {
+		t.Errorf("the check of %v timed out", unknown)
+	}
+}
