@@ -240,8 +240,8 @@ type Proposer struct {
 	held   []*keyState       // keys with a lease, in a reproducible order
 	incs   map[NodeID]uint64 // latest incarnation heard from each acceptor
 	timers timerHeap
-	idle   []idleKey   // keys with fast-path state and nothing else, oldest first
-	nidle  int         // how many keys are idle (idle may hold stale entries)
+	idle   []idleKey // keys with fast-path state and nothing else, oldest first
+	nidle  int       // how many keys are idle (idle may hold stale entries)
 
 	renewAt    time.Duration // when the renewal timer fires
 	renewArmed bool
