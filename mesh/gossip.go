@@ -4,57 +4,88 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 )
 
-// book is what gossip told us about other nodes: where to send ballots, and
-// the gossip address of every node ever seen (to rejoin after a partition).
-// memberlist's callbacks run under its own locks; they only update the book
-// and return.
+// book is what gossip told us about other nodes, copied inside memberlist's
+// callbacks (memberlist hands out pointers into its own state, which it
+// changes under its own lock, so they must not be read later). It also keeps
+// the gossip address of every node ever seen, to rejoin after a partition.
+// memberlist's callbacks run under its locks: they only update the book.
 type book struct {
-	mu     sync.Mutex
-	rpc    map[string]string // name → ballot address
-	gossip map[string]string // name → gossip address, kept after death
-	alive  map[string]bool
+	mu    sync.Mutex
+	peers map[string]*peer
 }
 
-func (b *book) note(n *memberlist.Node, meta nodeMeta, alive bool) {
+type peer struct {
+	gossip string // gossip address
+	meta   nodeMeta
+	state  string // "alive", "dead" or "left"
+}
+
+func (b *book) note(n *memberlist.Node, meta nodeMeta, state string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.rpc == nil {
-		b.rpc, b.gossip, b.alive = make(map[string]string), make(map[string]string), make(map[string]bool)
+	if b.peers == nil {
+		b.peers = make(map[string]*peer)
 	}
+	p := b.peers[n.Name]
+	if p == nil {
+		p = &peer{}
+		b.peers[n.Name] = p
+	}
+	p.gossip = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	p.state = state
 	if meta.RPC != "" {
-		b.rpc[n.Name] = meta.RPC
+		p.meta = meta
 	}
-	b.gossip[n.Name] = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
-	b.alive[n.Name] = alive
 }
 
 func (b *book) rpcAddr(name string) (string, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	a, ok := b.rpc[name]
-	return a, ok
+	p := b.peers[name]
+	if p == nil || p.meta.RPC == "" {
+		return "", false
+	}
+	return p.meta.RPC, true
 }
 
 func (b *book) known(name string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.gossip[name]
+	_, ok := b.peers[name]
 	return ok
+}
+
+// snapshot copies the book, sorted by name.
+func (b *book) snapshot() []namedPeer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]namedPeer, 0, len(b.peers))
+	for name, p := range b.peers {
+		out = append(out, namedPeer{name, *p})
+	}
+	slices.SortFunc(out, func(x, y namedPeer) int { return strings.Compare(x.name, y.name) })
+	return out
+}
+
+type namedPeer struct {
+	name string
+	peer
 }
 
 // gossip implements memberlist's Delegate and EventDelegate.
 type gossip struct{ m *Mesh }
 
 func (g gossip) NodeMeta(limit int) []byte {
-	g.m.book.mu.Lock()
+	g.m.metaMu.Lock()
 	meta := g.m.meta
-	g.m.book.mu.Unlock()
+	g.m.metaMu.Unlock()
 	b, err := meta.encode()
 	if err != nil || len(b) > limit {
 		g.m.log.Error("gossip metadata does not fit", "error", err)
@@ -68,18 +99,24 @@ func (gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (gossip) LocalState(join bool) []byte                { return nil }
 func (gossip) MergeRemoteState(buf []byte, join bool)     {}
 
-func (g gossip) NotifyJoin(n *memberlist.Node)   { g.seen(n, true) }
-func (g gossip) NotifyUpdate(n *memberlist.Node) { g.seen(n, true) }
-func (g gossip) NotifyLeave(n *memberlist.Node)  { g.seen(n, false) }
+func (g gossip) NotifyJoin(n *memberlist.Node)   { g.seen(n, "alive") }
+func (g gossip) NotifyUpdate(n *memberlist.Node) { g.seen(n, "alive") }
+func (g gossip) NotifyLeave(n *memberlist.Node) {
+	state := "dead"
+	if n.State == memberlist.StateLeft {
+		state = "left"
+	}
+	g.seen(n, state)
+}
 
-func (g gossip) seen(n *memberlist.Node, alive bool) {
+func (g gossip) seen(n *memberlist.Node, state string) {
 	meta, err := decodeMeta(n.Meta)
 	if err != nil {
 		g.m.log.Warn("ignoring a node with bad metadata", "peer", n.Name, "error", err)
 		g.m.incr("gossip.bad_meta", 1)
 		return
 	}
-	g.m.book.note(n, meta, alive)
+	g.m.book.note(n, meta, state)
 	if meta.Config != 0 || meta.Expect != 0 {
 		// Forming the configuration takes locks of ours; not under
 		// memberlist's.
@@ -118,10 +155,12 @@ func (m *Mesh) rejoinLoop() {
 
 func (m *Mesh) rejoinTargets() []string {
 	alive := make(map[string]bool)
-	for _, n := range m.ml.Members() {
-		if n.State == memberlist.StateAlive {
-			alive[net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))] = true
-			alive[n.Name] = true
+	gossipAddr := make(map[string]string)
+	for _, p := range m.book.snapshot() {
+		gossipAddr[p.name] = p.gossip
+		if p.state == "alive" {
+			alive[p.gossip] = true
+			alive[p.name] = true
 		}
 	}
 	var targets []string
@@ -134,13 +173,11 @@ func (m *Mesh) rejoinTargets() []string {
 	voters := m.voters
 	m.setupMu.Unlock()
 	if voters != nil {
-		m.book.mu.Lock()
 		for _, v := range voters.Voters {
-			if a, ok := m.book.gossip[string(v)]; ok && !alive[string(v)] && v != m.name {
+			if a, ok := gossipAddr[string(v)]; ok && !alive[string(v)] && v != m.name {
 				targets = append(targets, a)
 			}
 		}
-		m.book.mu.Unlock()
 	}
 	slices.Sort(targets)
 	return slices.Compact(targets)

@@ -389,4 +389,5 @@ func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) {
 	}
 	l.mu.Unlock()
 	m.incr("leases.renewed", 1)
+	m.measure("renew", m.clock.at(ev.Started))
 }

@@ -28,11 +28,12 @@ type Mesh struct {
 	clock *clock
 	lim   limits
 
-	ml   *memberlist.Memberlist
-	addr string // gossip address
-	tr   transport.Transport
-	meta nodeMeta // guarded by bookMu
-	book book
+	ml     *memberlist.Memberlist
+	addr   string // gossip address
+	tr     transport.Transport
+	metaMu sync.Mutex
+	meta   nodeMeta // what this node tells the others
+	book   book
 
 	// The voter configuration, once known; ready closes then.
 	setupMu sync.Mutex
@@ -245,9 +246,9 @@ func (m *Mesh) adopt(id uint64, names []string) error {
 	m.prop = prop
 	m.propMu.Unlock()
 	m.voters = &vs
-	m.book.mu.Lock()
+	m.metaMu.Lock()
 	m.meta.Config, m.meta.Voters = id, names
-	m.book.mu.Unlock()
+	m.metaMu.Unlock()
 	close(m.ready)
 	if m.ml != nil {
 		go m.publishMeta()
@@ -295,18 +296,14 @@ func (m *Mesh) maybeBootstrap() {
 	var names []string
 	var id uint64
 	expecting := 0
-	for _, n := range m.ml.Members() {
-		meta, err := decodeMeta(n.Meta)
-		if err != nil {
-			continue
-		}
-		if meta.Config != 0 && len(meta.Voters) > 0 {
-			id, names = meta.Config, meta.Voters
+	for _, p := range m.book.snapshot() {
+		if p.meta.Config != 0 && len(p.meta.Voters) > 0 {
+			id, names = p.meta.Config, p.meta.Voters
 			break
 		}
-		if m.cfg.BootstrapExpect > 0 && meta.Expect == m.cfg.BootstrapExpect && n.State == memberlist.StateAlive {
+		if m.cfg.BootstrapExpect > 0 && p.meta.Expect == m.cfg.BootstrapExpect && p.state == "alive" {
 			expecting++
-			names = append(names, n.Name)
+			names = append(names, p.name)
 		}
 	}
 	if id != 0 {

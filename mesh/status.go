@@ -1,11 +1,6 @@
 package mesh
 
 import (
-	"net"
-	"slices"
-	"strconv"
-
-	"github.com/hashicorp/memberlist"
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
@@ -36,8 +31,8 @@ type Member struct {
 	Name    string
 	Addr    string
 	RPCAddr string
-	// State is "alive", "suspect", "dead" or "left": a hint only; it never
-	// changes the size of a quorum.
+	// State is "alive", "dead" or "left", as gossip last said: a hint only;
+	// it never changes the size of a quorum.
 	State string
 	Voter bool
 }
@@ -54,28 +49,14 @@ func (m *Mesh) Status() Status {
 	}
 	voters := m.voters
 	m.setupMu.Unlock()
-	if m.ml != nil {
-		st.Addr = m.Addr()
-		for _, n := range m.ml.Members() {
-			mem := Member{
-				Name:  n.Name,
-				Addr:  net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
-				State: stateName(n.State),
-				Voter: voters != nil && voters.IsVoter(quorum.NodeID(n.Name)),
-			}
-			if meta, err := decodeMeta(n.Meta); err == nil {
-				mem.RPCAddr = meta.RPC
-			}
-			st.Members = append(st.Members, mem)
-		}
-		slices.SortFunc(st.Members, func(a, b Member) int {
-			switch {
-			case a.Name < b.Name:
-				return -1
-			case a.Name > b.Name:
-				return 1
-			}
-			return 0
+	st.Addr = m.Addr()
+	for _, p := range m.book.snapshot() {
+		st.Members = append(st.Members, Member{
+			Name:    p.name,
+			Addr:    p.gossip,
+			RPCAddr: p.meta.RPC,
+			State:   p.state,
+			Voter:   voters != nil && voters.IsVoter(quorum.NodeID(p.name)),
 		})
 	}
 	m.accMu.Lock()
@@ -91,18 +72,4 @@ func (m *Mesh) Status() Status {
 	}
 	m.propMu.Unlock()
 	return st
-}
-
-func stateName(s memberlist.NodeStateType) string {
-	switch s {
-	case memberlist.StateAlive:
-		return "alive"
-	case memberlist.StateSuspect:
-		return "suspect"
-	case memberlist.StateDead:
-		return "dead"
-	case memberlist.StateLeft:
-		return "left"
-	}
-	return "unknown"
 }

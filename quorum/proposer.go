@@ -191,6 +191,8 @@ type LeaseEvent struct {
 	// Lost is set when the lease ended without a release; Reason says why.
 	Lost   bool
 	Reason LostReason
+	// Started is when the renewal began (renewed), on this node's clock.
+	Started time.Duration
 }
 
 // LostReason says why a lease was lost.

@@ -109,7 +109,7 @@ func (p *Proposer) renewed(x *op, now time.Duration) {
 	if d := t0 + l.opts.HolderTTL; d > l.deadline {
 		l.deadline, l.lastStart = d, t0
 		ks.lastDeadline = max(ks.lastDeadline, d)
-		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d})
+		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started})
 	}
 	p.stats.Renewed++
 	p.armLease(ks)

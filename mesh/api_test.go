@@ -1,0 +1,163 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-metrics"
+)
+
+// A node that leaves releases its leases first: a waiter elsewhere gets the
+// key at once, not after the lease's TTL.
+func TestLeaveHandsOverAtOnce(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, proposers: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	leaver, waiter := c.nodes[3], c.nodes[0]
+	l, err := leaver.Acquire(ctx, "shift")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan time.Time, 1)
+	go func() {
+		if _, err := waiter.Acquire(ctx, "shift"); err != nil {
+			t.Errorf("waiter: %v", err)
+		}
+		got <- time.Now()
+	}()
+	waitFor(t, 5*time.Second, "the waiter to wait", func() bool {
+		waiter.propMu.Lock()
+		defer waiter.propMu.Unlock()
+		return len(waiter.waiters) > 0
+	})
+	start := time.Now()
+	if err := leaver.Leave(ctx); err != nil {
+		t.Fatalf("leave: %v", err)
+	}
+	if !errors.Is(l.Err(), ErrReleased) {
+		t.Fatalf("the leaver's lease ended with %v, want ErrReleased", l.Err())
+	}
+	took := (<-got).Sub(start)
+	t.Logf("hand-over on leave: %v (TTL %v)", took, leaver.cfg.Timing.TTL)
+	if took >= leaver.cfg.Timing.TTL {
+		t.Fatalf("the waiter got the key after %v: it waited for the lease to expire", took)
+	}
+	if _, err := leaver.Acquire(ctx, "x"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("acquire after leave: %v, want ErrClosed", err)
+	}
+}
+
+// BootstrapExpect voters form one configuration once they all see each other,
+// and a node without voters learns it from them.
+func TestBootstrapExpect(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 0, proposers: 4, tweak: func(cfg *Config) {
+		if cfg.Name != "node3" {
+			cfg.BootstrapExpect = 3
+		}
+		cfg.Voters = nil
+	}})
+	waitFor(t, 10*time.Second, "a configuration everywhere", func() bool {
+		for _, m := range c.nodes {
+			if len(m.Status().Voters) != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	id := c.nodes[0].Status().ConfigID
+	for _, m := range c.nodes {
+		st := m.Status()
+		if st.ConfigID != id || strings.Join(st.Voters, ",") != "node0,node1,node2" {
+			t.Fatalf("%s: configuration %d %v", m.Name(), st.ConfigID, st.Voters)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.nodes[3].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("the non-voter cannot acquire: %v", err)
+	}
+	l.Release(ctx)
+}
+
+// Invalid keys, options and configurations get errors callers can tell apart.
+func TestErrorsAreDistinct(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 1})
+	m := c.nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, key := range []string{"", strings.Repeat("k", 513), "\xff"} {
+		if _, err := m.Acquire(ctx, key); !errors.Is(err, ErrInvalidKey) {
+			t.Errorf("key %q: %v, want ErrInvalidKey", key, err)
+		}
+	}
+	if _, err := m.Acquire(ctx, "k", WithTTL(time.Millisecond)); !errors.Is(err, ErrInvalidOption) {
+		t.Errorf("tiny TTL: %v, want ErrInvalidOption", err)
+	}
+	bad := DefaultLocalConfig()
+	bad.Name = "x"
+	bad.Voters = []string{"x"}
+	bad.BootstrapExpect = 3
+	if _, err := New(bad); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Voters and BootstrapExpect: %v", err)
+	}
+	bad = DefaultLocalConfig()
+	bad.Voters = []string{"x"}
+	bad.Timing.Drift = 0.5
+	if err := bad.Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("drift 0.5: %v", err)
+	}
+	l, err := m.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil || l.Release(ctx) != nil {
+		t.Fatalf("release twice: %v", err)
+	}
+	for _, e := range []error{ErrLocked, ErrNoQuorum, ErrLeaseLost, ErrClosed, ErrInvalidKey, ErrReleased} {
+		for _, f := range []error{ErrLocked, ErrNoQuorum, ErrLeaseLost, ErrClosed, ErrInvalidKey, ErrReleased} {
+			if (e == f) != errors.Is(e, f) {
+				t.Errorf("errors.Is(%v, %v) = %v", e, f, errors.Is(e, f))
+			}
+		}
+	}
+	m.Shutdown()
+	if _, err := m.Acquire(ctx, "k"); !errors.Is(err, ErrClosed) {
+		t.Errorf("after shutdown: %v, want ErrClosed", err)
+	}
+}
+
+// Metrics go to the user's sink, labelled with the node.
+func TestMetricsReachTheSink(t *testing.T) {
+	sink := metrics.NewInmemSink(time.Hour, time.Hour)
+	c := newCluster(t, clusterOpts{voters: 1, tweak: func(cfg *Config) { cfg.MetricSink = sink }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	seen := map[string]bool{}
+	for _, iv := range sink.Data() {
+		iv.RLock()
+		for name := range iv.Counters {
+			seen[name] = true
+		}
+		for name := range iv.Samples {
+			seen[name] = true
+		}
+		for name := range iv.Gauges {
+			seen[name] = true
+		}
+		iv.RUnlock()
+	}
+	for _, want := range []string{"lockmesh.leases.granted;node=node0", "lockmesh.acquire.latency;node=node0", "lockmesh.leases.held;node=node0"} {
+		if !seen[want] {
+			t.Errorf("metric %s not reported; got %v", want, seen)
+		}
+	}
+}

@@ -1,0 +1,67 @@
+// Package mesh is lockmesh's public API: a node of a lock mesh that an
+// application embeds in each of its replicas. The replicas find each other
+// by gossip (hashicorp/memberlist), and grant leases — locks with a time
+// limit — by majority vote of a fixed set of voters; every grant carries a
+// fencing token. No lock server runs anywhere.
+//
+//	cfg := mesh.DefaultConfig()
+//	cfg.Name = "api-1"
+//	cfg.Voters = []string{"api-1", "api-2", "api-3"}
+//	cfg.Seeds = []string{"10.0.0.2:7946"}
+//	m, err := mesh.New(cfg)
+//	...
+//	l, err := m.Acquire(ctx, "invoices/2026-11") // blocks until held, or ctx ends
+//	defer l.Release(ctx)
+//	err = store.Write(l.Token(), data)           // the store refuses stale tokens
+//	select { case <-l.Done(): /* lost: stop work */ }
+//
+// # What it promises
+//
+// Exclusion: for a key, the intervals during which holders may act (from the
+// grant to the Deadline their Lease reports) never overlap in real time, as
+// long as no node's clock rate errs by more than Config.Timing.Drift.
+// Synchronised clocks are not needed.
+//
+// Fencing: each grant carries a token higher than every earlier grant's for
+// the key; a renewal keeps it; no token is issued twice, even after every
+// node restarted (tokens continue from the wall clock in microseconds, see
+// package quorum). A resource that keeps the highest token it has seen and
+// refuses lower ones (lease.Fence) is safe even when a holder was paused past
+// its deadline without noticing.
+//
+// Lost notice: a holder whose renewal has not succeeded is told (Done closes,
+// Err wraps ErrLeaseLost) before its deadline, never after another holder may
+// have been granted.
+//
+// Liveness: with a majority of the voters up and connected, a free key is
+// granted within a few round trips; a released key goes to the next waiter
+// (in turn) within about a round trip of the release; a crashed holder's key
+// is free again within its TTL and a round trip.
+//
+// Gossip cannot break safety: what memberlist believes about liveness never
+// changes the voter configuration or the size of a majority. A partitioned
+// minority grants nothing.
+//
+// # Voters
+//
+// The voters are a fixed configuration, named by Config.Voters (the same list
+// on every node) or formed at first start by Config.BootstrapExpect voters
+// that find each other. Nodes that are not voters take locks all the same. A
+// voter that starts votes only after a quarantine of Config.MaxTTL (it may
+// have restarted and forgotten leases it granted) and after catching up from
+// the other voters.
+//
+// # Errors
+//
+// Callers can tell apart: ErrLocked (a *LockedError names the holder), ErrNoQuorum
+// (too few voters answered: nothing is known to be held), ErrLeaseLost,
+// ErrReleased, ErrClosed, ErrInvalidKey, ErrInvalidConfig, ErrNoVoters.
+//
+// # Observability
+//
+// Config.Logger (an hclog.Logger) receives the mesh's logs and memberlist's;
+// Config.MetricSink receives go-metrics figures labelled with the node name:
+// acquire latency, leases granted, renewed, held and lost, quorum failures,
+// messages and bytes, refused connections and malformed messages. Status
+// returns a snapshot of members, voters, this node's voting state and leases.
+package mesh

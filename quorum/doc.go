@@ -1,0 +1,93 @@
+// Package quorum is the ballot protocol of lockmesh, as pure state machines:
+// no goroutines, no sockets, no clock reads, no global randomness. Time
+// comes from a Clock the caller passes in, randomness from a seeded
+// *rand.Rand, messages through method calls, and everything the machines
+// want done comes back from Ready. Package mesh drives them over a network;
+// the simulator in this package's tests drives hundreds of them on virtual
+// time.
+//
+// # Driving it
+//
+//	acc, _ := quorum.NewAcceptor(quorum.AcceptorConfig{ID: "a", ...})  // a voter
+//	prop, _ := quorum.NewProposer(quorum.ProposerConfig{ID: "a", ...}) // every node
+//
+//	id, _ := prop.Acquire("invoices/2026-11", quorum.AcquireOptions{...})
+//	for {
+//		rd := prop.Ready()
+//		for _, req := range rd.Requests { send(req) }  // at most one per voter
+//		for _, res := range rd.Results { ... }         // Granted, Locked, ...
+//		for _, ev := range rd.Leases { ... }           // renewed, lost
+//		// on a response:       prop.Step(resp)
+//		// on a request:        resp := acc.HandleRequest(req)
+//		// on a notification:   prop.HandleNotify(n)
+//		// at NextTick:         prop.Tick(); acc.Tick()
+//	}
+//
+// # The protocol
+//
+// Each key is an independent register replicated on the voters: single-decree
+// Paxos with a change function (CASPaxos). The register holds who holds the
+// key (node and incarnation), the fencing token (Epoch) and the lease's TTL.
+// Acquire, renew, release and read are rounds of prepare and accept; replies
+// are counted by distinct voter of the one configuration whose ID travels on
+// every message (Membership); a majority of that configuration decides, and
+// nothing gossip believes changes its size.
+//
+// Leases follow PaxosLease. The proposer reads its monotonic clock (t0)
+// before it sends anything of the round that writes a grant or a renewal;
+// the holder's deadline is t0 + HolderTTL. Each acceptor that accepts such a
+// write runs an exclusion timer of TTL on its own clock, and reports it as
+// Remaining to every later prepare. An acquire writes only when no acceptor
+// of its majority reports a live lease. With clock rates within ±ρ of real
+// time, HolderTTL ≤ γ·TTL (γ = (1−ρ)/(1+ρ)) makes every acceptor's timer
+// outlast the holder's deadline, so no two holders' intervals overlap. The
+// proposer reports a lease lost Notice before its deadline when renewal has
+// not succeeded. Renewals of all of a node's leases share one message per
+// voter.
+//
+// A round whose accepts reached a majority promises the proposer's next
+// ballot at the same time (Op.Next): the next operation of the node that
+// touched a key last, usually its renewal or release, goes straight to accept
+// and takes one round trip.
+//
+// Epochs are the fencing tokens: each grant takes one above every epoch a
+// majority knows of and at least the wall clock in microseconds. The floor
+// keeps tokens increasing after every node restarted at once and every
+// register was lost; it assumes the wall clocks do not run back across the
+// outage (an NTP-synchronised clock does not, by more than the outage).
+//
+// # Restarts
+//
+// State lives in memory. An acceptor always starts as if it had lost it:
+// it votes on nothing for Quarantine (at least the longest lease it may have
+// accepted, so every such lease has ended), then catches up: it learns, for
+// every key, the highest promise, the value of the highest accepted ballot
+// and the highest epoch from a majority of the configuration other than
+// itself, which meets every accept majority of its earlier life. Accepts
+// carry the incarnation of the acceptor whose promise they rely on, so an
+// acceptor that restarted refuses accepts meant for its earlier life. When
+// so many voters restarted together that no such majority exists, the state
+// of a majority is gone for good: the acceptor goes live on what it could
+// learn (FloorOnly), and tokens rest on the wall-clock floor.
+//
+// # Waiting
+//
+// An acquire with Wait parks when the key is held, and each acceptor with a
+// live lease remembers it as a watcher. When a key is freed (released, or the
+// lease expired) an acceptor tells the first watcher in line, and keeps the
+// key for it for a short grace (HandoffGrace): waiters are served in turn and
+// do not all rush at a freed key. A waiter also retries when the lease it saw
+// should have ended, in case every notification was lost. Acquires that find
+// a key held promise nothing (Op.IfFree), so the holder's one-round-trip
+// renewals and release are not disturbed by contenders.
+//
+// # Unknown outcomes
+//
+// An operation whose accepts may or may not have been chosen (a timeout
+// after some accepts) never reports what it does not know: it reads the key
+// again (a new prepare) before it says anything, keeps its own grant if that
+// is what it finds, and frees grants to this node that no lease stands for
+// in the background. OpResult.Attempted lists every epoch an operation
+// proposed, so a history checker can account for writes whose outcome its
+// caller never learned.
+package quorum
