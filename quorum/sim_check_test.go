@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/lockmesh/lockmesh/lease"
 	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
 )
 
@@ -43,7 +44,10 @@ type simChecker struct {
 	wrote    map[writeKey]Ballot
 	unknowns []ghost
 
-	resource map[string]uint64 // highest token applied, per key
+	// The fenced resource: lease.Fence decides; applied records what it let
+	// through, per key, for I4 to check independently.
+	fence   *lease.Fence
+	applied map[string]uint64
 
 	healedAt time.Duration
 	pending  map[*simClient]time.Duration // waiting acquires, by start
@@ -110,7 +114,8 @@ func newSimChecker(s *sim) *simChecker {
 		acceptedBy: make(map[ballotKey][]NodeID),
 		chosen:     make(map[string][]chosenAt),
 		wrote:      make(map[writeKey]Ballot),
-		resource:   make(map[string]uint64),
+		fence:      lease.NewFence(),
+		applied:    make(map[string]uint64),
 		healedAt:   -1,
 		pending:    make(map[*simClient]time.Duration),
 	}
@@ -309,15 +314,19 @@ func (k *simChecker) write(c *simClient, g *grantRec, late bool) {
 	s := k.s
 	s.stats.Writes++
 	inInterval := !late && s.now >= g.start && s.now < g.end && !g.lost
-	if g.token < k.resource[g.key] {
+	err := k.fence.Apply(g.key, g.token, func() error {
+		if g.token < k.applied[g.key] {
+			s.failf("I4: the fence applied token %d of %q after token %d", g.token, g.key, k.applied[g.key])
+		}
+		k.applied[g.key] = g.token
+		return nil
+	})
+	if err != nil {
 		s.stats.StaleWritesRefused++
 		if inInterval {
-			s.failf("I4: the fence refused c%d's write with token %d inside its interval: token %d was applied first",
-				c.id, g.token, k.resource[g.key])
+			s.failf("I4: the fence refused c%d's write inside its interval: %v", c.id, err)
 		}
-		return
 	}
-	k.resource[g.key] = g.token
 }
 
 // releaseGhosts records a release's writes of unknown outcome: a release

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockmesh/lockmesh/lease"
 	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
 )
 
@@ -75,15 +76,15 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	}
 }
 
-func (c simConfig) holderTTL() time.Duration {
-	gamma := (1 - c.Drift) / (1 + c.Drift)
-	return time.Duration(gamma*float64(c.TTL)) - c.SafetyMargin
+// timing is the run's lease arithmetic, from package lease as the mesh uses
+// it.
+func (c simConfig) timing() lease.Timing {
+	return lease.Timing{TTL: c.TTL, Drift: c.Drift, SafetyMargin: c.SafetyMargin, NoticeMargin: c.Notice}
 }
 
-func (c simConfig) quarantine() time.Duration {
-	gamma := (1 - c.Drift) / (1 + c.Drift)
-	return max(c.TTL, time.Duration(math.Ceil(float64(c.holderTTL())/gamma)))
-}
+func (c simConfig) holderTTL() time.Duration { return c.timing().HolderTTL() }
+
+func (c simConfig) quarantine() time.Duration { return c.timing().Quarantine() }
 
 func (c simConfig) healAt() time.Duration {
 	if c.HealAt > 0 {

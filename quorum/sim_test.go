@@ -85,6 +85,11 @@ func TestSimulation(t *testing.T) {
 		for _, v := range []int{3, 5, 7} {
 			jobs <- job{seed: int64(1 + i), voters: v}
 		}
+		if soak > 0 && i%100 == 99 {
+			mu.Lock()
+			t.Logf("soak: %d runs, %d failures, %v", runs, len(failures), time.Since(start).Round(time.Second))
+			mu.Unlock()
+		}
 		mu.Lock()
 		stop := len(failures) >= 3
 		mu.Unlock()
