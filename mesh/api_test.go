@@ -161,3 +161,38 @@ func TestMetricsReachTheSink(t *testing.T) {
 		}
 	}
 }
+
+// Without a majority, Acquire says so when ctx ends: ErrNoQuorum, not only
+// the deadline; Holder too.
+func TestNoQuorumIsReported(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	c.waitVoting()
+	c.net.Partition([]string{"node0"}, []string{"node1", "node2"})
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.nodes[0].Acquire(ctx, "k")
+	if !errors.Is(err, ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire without a majority: %v, want ErrNoQuorum and the deadline", err)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel2()
+	if _, err := c.nodes[0].Holder(ctx2, "k"); !errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("holder without a majority: %v, want ErrNoQuorum", err)
+	}
+	c.net.Heal()
+	// And a wait that ends on a held key says who holds it.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel3()
+	l, err := c.nodes[1].Acquire(ctx3, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx4, cancel4 := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel4()
+	_, err = c.nodes[0].Acquire(ctx4, "k")
+	var locked *LockedError
+	if !errors.As(err, &locked) || locked.Holder != "node1" || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waiting on a held key: %v, want the deadline and a LockedError naming node1", err)
+	}
+	l.Release(ctx3)
+}

@@ -47,8 +47,9 @@ type Config struct {
 
 	// Voters names the nodes whose majority grants locks: the same list on
 	// every node (order does not matter), this node included or not. Nodes
-	// not listed still take locks; they just do not vote. Exactly one of
-	// Voters and BootstrapExpect must be set.
+	// not listed still take locks; they just do not vote. Set at most one
+	// of Voters and BootstrapExpect; a node with neither learns the voter
+	// configuration from the voters through gossip.
 	Voters []string
 	// BootstrapExpect, instead of Voters, makes this node a voter and
 	// waits until exactly that many voters (nodes started with the same

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/lockmesh/lockmesh/quorum"
@@ -178,6 +179,28 @@ func (m *Mesh) catchUpCall(addr string, body []byte) {
 	m.kickTimer()
 }
 
+// limiter lets one log line per peer through per minute.
+type limiter struct {
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+func (l *limiter) allow(peer string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.last == nil {
+		l.last = make(map[string]time.Time)
+	}
+	if t, ok := l.last[peer]; ok && time.Since(t) < time.Minute {
+		return false
+	}
+	if len(l.last) > 1024 {
+		clear(l.last)
+	}
+	l.last[peer] = time.Now()
+	return true
+}
+
 // handler answers the ballot transport.
 type handler struct{ m *Mesh }
 
@@ -189,7 +212,11 @@ func (h handler) HandleRequest(from string, body []byte) ([]byte, error) {
 
 	if !m.book.known(from) {
 		m.incr("rpc.unknown_peer", 1)
-		m.log.Warn("refusing a ballot message from an unknown node", "peer", from)
+		if m.noisy.allow(from) {
+			// Common for a moment while a new node's join spreads through
+			// gossip; persistent for a stranger.
+			m.log.Warn("refusing ballot messages from a node gossip does not know", "peer", from)
+		}
 		return nil, errUnknownPeer
 	}
 	m.incr("messages.received", 1)

@@ -163,8 +163,10 @@ type Holder struct {
 
 // Acquire takes key, waiting while another lease holds it, until ctx ends.
 // Waiters are woken when the key is released or its holder's lease expires,
-// in turn (no polling). It returns the lease, or ctx's error, ErrNoQuorum
-// (ctx ended while no majority answered), ErrInvalidKey, ErrClosed.
+// in turn (no polling). It returns the lease, or, when ctx ends first, ctx's
+// error wrapped with why it was still waiting: ErrNoQuorum (no majority
+// answered) or a *LockedError (errors.Is ErrLocked: the key was held). It
+// also returns ErrInvalidKey, ErrInvalidOption, ErrNoVoters, ErrClosed.
 func (m *Mesh) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	return m.acquire(ctx, key, true, opts)
 }
@@ -215,7 +217,12 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	}
 	select {
 	case out := <-ch:
-		return m.acquired(key, out, start)
+		l, err := m.acquired(key, out, start)
+		if err != nil && wait && (out.res.Outcome == quorum.Locked || out.res.Outcome == quorum.NoQuorum) {
+			// A waiting acquire ends this way only at its deadline, ctx's.
+			err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+		}
+		return l, err
 	case <-ctx.Done():
 	case <-m.closed:
 		return nil, ErrClosed
@@ -228,7 +235,16 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		if out.lease != nil {
 			go out.lease.Release(context.Background())
 		}
+		switch out.res.Why {
+		case quorum.NoQuorum:
+			m.incr("quorum.failures", 1)
+			return nil, fmt.Errorf("acquiring %q: %w (%w)", key, ErrNoQuorum, ctx.Err())
+		case quorum.Locked:
+			return nil, fmt.Errorf("acquiring %q: %w, %w", key, ctx.Err(),
+				&LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch})
+		}
 	case <-m.closed:
+		return nil, ErrClosed
 	}
 	return nil, ctx.Err()
 }
@@ -291,7 +307,10 @@ func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 		v := out.res.Value
 		return Holder{Key: key, Held: v.Held && out.res.Live, Node: string(v.Holder), Token: v.Epoch}, nil
 	case <-ctx.Done():
-		return Holder{}, ctx.Err()
+		// The read runs until the same deadline: no majority answered
+		// in time.
+		m.incr("quorum.failures", 1)
+		return Holder{}, fmt.Errorf("reading %q: %w (%w)", key, ErrNoQuorum, ctx.Err())
 	case <-m.closed:
 		return Holder{}, ErrClosed
 	}

@@ -34,6 +34,7 @@ type Mesh struct {
 	metaMu sync.Mutex
 	meta   nodeMeta // what this node tells the others
 	book   book
+	noisy  limiter // rate-limits logs about refused peers
 
 	// The voter configuration, once known; ready closes then.
 	setupMu sync.Mutex
@@ -370,9 +371,11 @@ func (m *Mesh) Leave(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	timeout := 5 * time.Second
+	// memberlist waits for its leave message to be gossiped; with nobody
+	// left to hear it, it would wait out the whole timeout.
+	timeout := 3 * time.Second
 	if d, ok := ctx.Deadline(); ok {
-		timeout = time.Until(d)
+		timeout = min(timeout, time.Until(d))
 	}
 	if err := m.ml.Leave(max(timeout, 0)); err != nil {
 		m.log.Warn("leaving gossip", "error", err)

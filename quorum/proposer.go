@@ -174,6 +174,10 @@ type OpResult struct {
 	// Internal marks the proposer's own background work (freeing a grant
 	// no lease of this node stands for); its ID matches no call.
 	Internal bool
+	// Why, on a Cancelled acquire, says what it was waiting for: Locked (a
+	// holder, named in Holder and Epoch when known), NoQuorum (a majority
+	// to answer), or nothing (it had not tried yet).
+	Why Outcome
 	// Attempted lists every epoch an acquire proposed (or a release or
 	// cleanup freed), in order. A history checker needs it: a round whose outcome was never
 	// learned may still have been chosen, and seen by others, before the
@@ -540,6 +544,12 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	ks := x.ks
 	if ks.active == x {
 		ks.active = nil
+	}
+	if r.Outcome == Cancelled {
+		r.Why = x.lastFailure
+		if x.lastLock != nil && x.lastFailure == Locked {
+			r.Holder, r.HolderInc, r.Epoch = x.lastLock.Holder, x.lastLock.HolderInc, x.lastLock.Epoch
+		}
 	}
 	if x.kind == kindAcquire && x.wrote && r.Outcome != Granted {
 		// A grant this acquire proposed may have been chosen (and may

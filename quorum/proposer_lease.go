@@ -162,6 +162,7 @@ func (p *Proposer) park(x *op, res OpResult) {
 		ks.active = nil
 	}
 	x.phase = phaseWaiting
+	x.lastFailure = Locked
 	x.noFast = true // the next attempt prepares, which registers a watch
 	ks.parked = append(ks.parked, x)
 	// The remaining time was measured on another node's clock; stretch it

@@ -96,6 +96,9 @@ type op struct {
 	attemptedAt []time.Duration // when the round that first wrote each began
 	leases      []Ballot        // acquire: the Lease ballot of each grant it wrote
 	targets     []uint64        // cleanup: the epochs of this node's grants to free
+	// lastFailure is why the last attempt did not succeed: Locked or
+	// NoQuorum (for a cancelled acquire's result).
+	lastFailure Outcome
 }
 
 type reply struct {
@@ -565,6 +568,11 @@ func (p *Proposer) retry(x *op) {
 	ks := x.ks
 	ks.fast = nil
 	x.repair = nil
+	if x.contended {
+		x.lastFailure = Locked
+	} else {
+		x.lastFailure = NoQuorum
+	}
 	if x.rid != 0 {
 		delete(p.rounds, x.rid)
 		x.rid = 0
