@@ -34,6 +34,11 @@ type AcceptorConfig struct {
 	// HandoffGrace is how long a waiter told that a key is free has to take
 	// it before the next waiter in line is told. Zero means 100ms.
 	HandoffGrace time.Duration
+	// Fresh starts the acceptor live, without quarantine or catch-up: only
+	// for a node that has just been added to the voters and never voted
+	// before (a removed voter's name never returns). An empty acceptor is a
+	// correct one; what is dangerous is one that forgot what it did.
+	Fresh bool
 }
 
 func (c *AcceptorConfig) validate() error {
@@ -154,7 +159,7 @@ type acceptorFaults struct {
 
 // AcceptorStats counts what an acceptor did.
 type AcceptorStats struct {
-	Prepares, Accepts, Refused, WrongConfig, Notifies uint64
+	Prepares, Accepts, Refused, WrongConfig, Notifies, ConfigChanges uint64
 }
 
 // NewAcceptor returns an acceptor that starts Quarantined.
@@ -173,12 +178,15 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 	}
 	a := &Acceptor{
 		cfg:       cfg,
-		m:         cfg.Membership,
+		m:         cfg.Membership.clone(),
 		clock:     cfg.Clock,
 		state:     Quarantined,
 		startedAt: cfg.Clock.Now(),
 		regs:      make(map[string]*register),
 		notify:    make(map[NodeID][]notice),
+	}
+	if cfg.Fresh {
+		a.state = Live
 	}
 	return a, nil
 }
@@ -205,9 +213,16 @@ func (a *Acceptor) Membership() Membership { return a.m }
 // its own.
 func (a *Acceptor) HandleRequest(req *Request) *Response {
 	resp := &Response{Config: a.m.ID, From: a.cfg.ID, Inc: a.cfg.Incarnation}
-	if req.Config != a.m.ID {
+	if req.Config != a.m.ID || !a.m.IsVoter(a.cfg.ID) {
+		// Another configuration (older: the proposer learns ours; newer:
+		// it sends us its own), or removed from ours: vote on nothing.
 		a.stats.WrongConfig++
 		resp.Status = StatusWrongConfig
+		if req.Config == a.m.ID {
+			resp.Status = StatusNotVoter
+		}
+		m := a.m.clone()
+		resp.Members = &m
 		return resp
 	}
 	a.maybeEndQuarantine()
@@ -300,7 +315,8 @@ func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	a.stats.Accepts++
 	v := op.Value
-	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) {
+	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) ||
+		(v.Config != nil && (op.Key != ConfigKey || v.Config.Validate() != nil || v.Config.Cluster() != a.m.Cluster())) {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}
@@ -337,6 +353,10 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		// A write-back of the grant this acceptor already times (perhaps
 		// of a later renewal it missed): keep the timer. Dropping it would
 		// leave the grant's accept majority one timer short.
+	case v.Held && op.Migrate:
+		// Carried into a new configuration: time it from now, for a full
+		// TTL (longer than what is left of it anywhere else).
+		r.until, r.hasTimer = now+v.TTL, true
 	default:
 		// Free, or a grant this acceptor never accepted fresh. (A grant
 		// of a later epoch is chosen only once no earlier lease is live,
@@ -356,7 +376,13 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	if len(r.watchers) > 0 && !v.Held {
 		a.wake(op.Key, r, now)
 	}
-	return Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
+	res := Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
+	if v.Config != nil && a.m.Newer(*v.Config) {
+		// The new configuration takes effect here the moment it is
+		// accepted here; the rest of this request was of the old one.
+		a.adopt(*v.Config)
+	}
+	return res
 }
 
 func (a *Acceptor) register(key string) *register {
@@ -366,6 +392,28 @@ func (a *Acceptor) register(key string) *register {
 		a.regs[key] = r
 	}
 	return r
+}
+
+// HandleConfigPush adopts the configuration a proposer sends if it is of
+// this acceptor's cluster and newer: a voter that missed a change (it was
+// cut off while it was decided) learns it this way.
+func (a *Acceptor) HandleConfigPush(p *ConfigPush) {
+	if a.m.Newer(p.Members) && p.Members.Validate() == nil {
+		a.adopt(p.Members)
+	}
+}
+
+// adopt switches to a newer configuration. A voter removed from it votes
+// no more; one still catching up starts again with the new voters.
+func (a *Acceptor) adopt(m Membership) {
+	a.m = m.clone()
+	a.stats.ConfigChanges++
+	if a.state == CatchingUp {
+		a.catchUp = nil
+		a.state = Quarantined
+		a.startedAt = a.clock.Now() - a.cfg.Quarantine // quarantine served already
+		a.maybeEndQuarantine()
+	}
 }
 
 // Tick advances the acceptor's timers: the end of quarantine, catch-up

@@ -81,7 +81,14 @@ type Value struct {
 	Epoch     uint64        `codec:"e,omitempty"`
 	TTL       time.Duration `codec:"t,omitempty"`
 	Lease     Ballot        `codec:"l,omitempty"`
+	// Config is the value of ConfigKey, the voter configuration; nil on
+	// every other key.
+	Config *Membership `codec:"c,omitempty"`
 }
+
+// ConfigKey is the register that holds the voter configuration. Lock keys
+// never start with a zero byte.
+const ConfigKey = "\x00voters"
 
 // sameGrant reports whether v and o are the same grant (perhaps different
 // lease periods of it), and so share one exclusion timer.
@@ -95,6 +102,9 @@ func (v Value) heldBy(id NodeID, inc uint64) bool {
 }
 
 func (v Value) String() string {
+	if v.Config != nil {
+		return fmt.Sprintf("config %d %v pending=%v", v.Config.ID, v.Config.Voters, v.Config.Pending)
+	}
 	if !v.Held {
 		return fmt.Sprintf("free@%d", v.Epoch)
 	}

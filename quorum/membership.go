@@ -10,9 +10,72 @@ import (
 // only messages of its own configuration, because majorities of two different
 // voter sets need not intersect. What gossip believes about liveness never
 // changes a Membership.
+//
+// Configurations change one voter at a time (ChangeVoters), by a write to
+// the register ConfigKey decided by the current configuration: majorities of
+// two configurations that differ by one voter always intersect. The ID's low
+// 16 bits are the configuration's version, the rest names the mesh (the
+// cluster, fixed at its first configuration): a node adopts a configuration
+// it hears of only if it is of its own cluster and newer.
 type Membership struct {
 	ID     uint64   `codec:"id"`
 	Voters []NodeID `codec:"v"`
+	// Retired lists every voter ever removed; its name may never vote
+	// again (it may still hold locks as a non-voter).
+	Retired []NodeID `codec:"r,omitempty"`
+	// Pending is set while a change is being settled: every key is being
+	// written again under this configuration before the next change may
+	// start (see ChangeVoters).
+	Pending bool `codec:"p,omitempty"`
+}
+
+// versionBits is how much of an ID is the version.
+const versionBits = 16
+
+// ClusterID returns the ID of a mesh's first configuration of the given
+// voters: the cluster named by a hash of their names, version 1.
+func ClusterID(voters []NodeID) uint64 {
+	s := slices.Clone(voters)
+	slices.Sort(s)
+	h := uint64(14695981039346656037)
+	for _, n := range s {
+		for i := 0; i < len(n); i++ {
+			h = (h ^ uint64(n[i])) * 1099511628211
+		}
+		h = (h ^ 0) * 1099511628211
+	}
+	return h&^(1<<versionBits-1) | 1
+}
+
+// Cluster is the part of the ID that names the mesh.
+func (m Membership) Cluster() uint64 { return m.ID &^ (1<<versionBits - 1) }
+
+// Version is the part of the ID that counts changes.
+func (m Membership) Version() uint64 { return m.ID & (1<<versionBits - 1) }
+
+// Newer reports whether o is a later configuration of m's cluster.
+func (m Membership) Newer(o Membership) bool {
+	return o.Cluster() == m.Cluster() && o.Version() > m.Version()
+}
+
+// Next returns the configuration that follows m, with the given voters.
+func (m Membership) Next(voters []NodeID, pending bool) Membership {
+	n := NewMembership(m.ID+1, voters...)
+	n.Retired = slices.Clone(m.Retired)
+	for _, v := range m.Voters {
+		if !n.IsVoter(v) && !slices.Contains(n.Retired, v) {
+			n.Retired = append(n.Retired, v)
+		}
+	}
+	n.Pending = pending
+	return n
+}
+
+// clone copies m, so that a round keeps the configuration it started in.
+func (m Membership) clone() Membership {
+	m.Voters = slices.Clone(m.Voters)
+	m.Retired = slices.Clone(m.Retired)
+	return m
 }
 
 // NewMembership returns a configuration of the given voters, sorted.
@@ -38,7 +101,13 @@ func (m Membership) Validate() error {
 		if seen[v] {
 			return fmt.Errorf("%w: voter %q listed twice", ErrBadMembership, v)
 		}
+		if slices.Contains(m.Retired, v) {
+			return fmt.Errorf("%w: voter %q was removed before; a removed voter never returns", ErrBadMembership, v)
+		}
 		seen[v] = true
+	}
+	if m.Version() == 0 {
+		return fmt.Errorf("%w: configuration version 0 is reserved", ErrBadMembership)
 	}
 	return nil
 }

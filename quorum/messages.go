@@ -54,6 +54,11 @@ type Op struct {
 	// key locked should not cost the holder its promised ballot (and so its
 	// one-round-trip renewals and release).
 	IfFree bool `codec:"if,omitempty"`
+	// Migrate, on an accept, marks the write-back that carries a key into
+	// a new voter configuration: an acceptor that holds no timer for the
+	// grant starts one of the full TTL, so that a lease granted under the
+	// old configuration stays protected by a majority of the new one.
+	Migrate bool `codec:"mg,omitempty"`
 }
 
 // Request is a batch of operations from one proposer to one acceptor. A
@@ -124,6 +129,18 @@ type Response struct {
 	Inc     uint64   `codec:"inc"`
 	Status  Status   `codec:"s,omitempty"`
 	Results []Result `codec:"r"`
+	// Members is the acceptor's configuration, when it is not the
+	// request's (StatusWrongConfig, StatusNotVoter): a proposer behind
+	// adopts it, one ahead pushes its own (ConfigPush).
+	Members *Membership `codec:"m,omitempty"`
+}
+
+// ConfigPush brings an acceptor that missed a configuration change up to
+// date. It adopts the configuration only if it is of its cluster and newer.
+type ConfigPush struct {
+	From    NodeID     `codec:"f"`
+	To      NodeID     `codec:"to"`
+	Members Membership `codec:"m"`
 }
 
 // Result answers one Op.

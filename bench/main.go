@@ -1,0 +1,170 @@
+// Command bench measures lockmesh side by side with the network floor and
+// with what users would otherwise run for a lock — hashicorp/raft, etcd and
+// Redlock — in one run on one machine, and prints a markdown table (every
+// figure also goes to a JSON file).
+//
+//	go run ./bench                       # everything, about 5 minutes
+//	go run ./bench -quick                # a smoke run
+//	go run ./bench -cases floor,lockmesh -n 5000 -duration 10s
+//
+// The floor and the lockmesh rows run in this process (lockmesh-procs in
+// separate node processes built from bench/internal/benchnode). The peers
+// live in their own Go module, bench/peers, so that lockmesh's go.mod does
+// not carry etcd: this program builds it and runs one process per peer
+// case, reading a JSON row from its stdout. A case that fails or cannot
+// run prints a row saying why, and the run goes on.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/lockmesh/lockmesh/bench/internal/workload"
+)
+
+// allCases are the cases in the order they run and print.
+var allCases = []string{
+	"floor", "lockmesh", "lockmesh-procs", "lockmesh5", "lockmesh7",
+	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",
+	"renewal", "crash",
+}
+
+// peerCases run in the bench/peers module.
+var peerCases = []string{"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock"}
+
+type options struct {
+	cases    []string
+	n        int           // latency iterations
+	duration time.Duration // throughput and hand-over run time
+	out      string        // JSON file
+	quick    bool
+
+	workers         int           // throughput goroutines
+	handoverWorkers int           // contenders for one key
+	hold            time.Duration // how long a contender holds the key
+	latencyBudget   time.Duration // a latency run stops after this long
+	caseTimeout     time.Duration // bound on one case
+	leaseCounts     []int         // renewal: leases held
+	renewWindow     time.Duration // renewal: measuring time per count
+	crashTrials     int
+
+	root string // the main module's directory
+}
+
+// params are the workload sizes handed to package workload.
+func (o options) params() workload.Params {
+	return workload.Params{
+		N: o.n, Warmup: o.warmup(), LatencyBudget: o.latencyBudget, Duration: o.duration,
+		Workers: o.workers, Contenders: o.handoverWorkers, Hold: o.hold, MaxHolds: o.maxHolds(),
+	}
+}
+
+// warmup is how many untimed operations precede a latency run.
+func (o options) warmup() int { return max(o.n/20, 20) }
+
+// maxHolds bounds a hand-over run by count as well as by time.
+func (o options) maxHolds() int { return max(o.n, 200) }
+
+func parseFlags(args []string) (options, error) {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	var o options
+	cases := fs.String("cases", strings.Join(allCases, ","), "comma list of cases to run, among: "+strings.Join(allCases, ","))
+	fs.IntVar(&o.n, "n", 2000, "iterations of the uncontended latency workload (and bound on hand-overs)")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "how long the throughput and hand-over workloads run")
+	fs.StringVar(&o.out, "out", "", "JSON results file (default bench/results/<date>.json)")
+	fs.BoolVar(&o.quick, "quick", false, "small numbers, for a smoke run (-n 200 -duration 1s, fewer leases, 2 crashes)")
+	fs.DurationVar(&o.renewWindow, "renew-window", 10*time.Second, "renewal: how long each lease count is measured")
+	fs.IntVar(&o.crashTrials, "crashes", 5, "crash: how many holder crashes to time")
+	leases := fs.String("leases", "1000,10000,100000", "renewal: comma list of lease counts to hold")
+	fs.DurationVar(&o.caseTimeout, "case-timeout", 0, "bound on one case (default: scaled from -n and -duration)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if o.quick {
+		if !set["n"] {
+			o.n = 200
+		}
+		if !set["duration"] {
+			o.duration = time.Second
+		}
+		if !set["renew-window"] {
+			o.renewWindow = 2 * time.Second
+		}
+		if !set["crashes"] {
+			o.crashTrials = 2
+		}
+		if !set["leases"] {
+			*leases = "100,1000"
+		}
+	}
+	for _, c := range strings.Split(*cases, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if !slices.Contains(allCases, c) {
+			return o, fmt.Errorf("-cases: unknown case %q (want some of %s)", c, strings.Join(allCases, ","))
+		}
+		o.cases = append(o.cases, c)
+	}
+	for _, s := range strings.Split(*leases, ",") {
+		var v int
+		if _, err := fmt.Sscan(strings.TrimSpace(s), &v); err != nil || v <= 0 {
+			return o, fmt.Errorf("-leases: bad count %q", s)
+		}
+		o.leaseCounts = append(o.leaseCounts, v)
+	}
+	if o.n <= 0 || o.duration <= 0 || o.renewWindow <= 0 || o.crashTrials <= 0 {
+		return o, fmt.Errorf("-n, -duration, -renew-window and -crashes must be positive")
+	}
+	o.workers, o.handoverWorkers, o.hold = 64, 8, time.Millisecond
+	o.latencyBudget = 60 * time.Second
+	if o.caseTimeout == 0 {
+		// Setup, a latency run within its budget, two timed runs, and slack
+		// for slow peers (etcd with fsync).
+		o.caseTimeout = 2*time.Minute + o.latencyBudget + 4*o.duration
+	}
+	return o, nil
+}
+
+func (o options) want(c string) bool { return slices.Contains(o.cases, c) }
+
+func main() {
+	o, err := parseFlags(os.Args[1:])
+	if err == flag.ErrHelp {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	o.root = root
+	rep := run(context.Background(), o, os.Stderr)
+	rep.Command = "go run ./bench " + strings.Join(os.Args[1:], " ")
+	fmt.Print(rep.markdown())
+	path, err := rep.write(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing the results:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("\nAll figures: %s\n", path)
+	if rep.Panics > 0 {
+		// A panic is a programming error (here or in the code measured):
+		// the table is out, but the run must not look clean.
+		os.Exit(3)
+	}
+}
