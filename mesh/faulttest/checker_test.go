@@ -1,0 +1,124 @@
+//go:build linux
+
+package faulttest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockmesh/lockmesh/mesh/faulttest/internal/control"
+)
+
+// The checks must catch what they are named for. A small clean history
+// passes them all; each broken variant fails exactly the check that guards
+// against its fault. (This test starts no process, so it runs without
+// LOCKMESH_FAULTS.)
+func TestChecksCatchBrokenHistories(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	// a holds "k" with token 10 over [0, 100ms], then b with token 20 over
+	// [150ms, 300ms]; each writes under its token; c reads b's grant.
+	clean := func() *history {
+		h := &history{}
+		h.ops = []op{
+			{Key: "k", Client: 0, Node: "a", Kind: kindAcquire, Call: 0, Return: 1 * ms, Token: 10},
+			{Key: "k", Client: 1, Node: "b", Kind: kindAcquire, Call: 50 * ms, Return: 150 * ms, Token: 20},
+			{Key: "k", Client: 2, Node: "c", Kind: kindRead, Call: 200 * ms, Return: 210 * ms, Token: 20, Holder: "b", Held: true},
+			{Key: "k", Client: 2, Node: "c", Kind: kindTry, Call: 220 * ms, Return: 230 * ms, Code: control.ErrLocked, Token: 20, Holder: "b"},
+		}
+		h.grants = []*grant{
+			{Key: "k", Node: "a", Token: 10, Start: 1 * ms, End: 100 * ms, How: control.EndReleased},
+			{Key: "k", Node: "b", Token: 20, Start: 150 * ms, End: 300 * ms, How: control.EndReleased},
+		}
+		for _, w := range []struct {
+			node  string
+			token uint64
+		}{{"a", 10}, {"b", 20}} {
+			if err := h.wrote(w.node, "k", w.token, 0, false); err != nil {
+				t.Fatalf("setting up: %v", err)
+			}
+		}
+		return h
+	}
+	type checks struct{ lin, excl, tokens, fence []string }
+	run := func(h *history) checks {
+		_, lin := checkLinearizable(h, 10*time.Second)
+		return checks{lin, checkExclusion(h), checkTokens(h), checkFence(h)}
+	}
+	if got := run(clean()); len(got.lin)+len(got.excl)+len(got.tokens)+len(got.fence) > 0 {
+		t.Fatalf("the clean history fails: %+v", got)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		break_ func(h *history)
+		want  func(c checks) []string // the check that must complain
+		words string                  // and what it must say
+	}{
+		{
+			name: "overlapping holders",
+			// b is granted while a may still act.
+			break_: func(h *history) { h.grants[1].Start = 90 * ms },
+			want:   func(c checks) []string { return c.excl },
+			words:  "held twice at once",
+		},
+		{
+			name: "decreasing token",
+			// b's grant comes after a's with a lower token.
+			break_: func(h *history) { h.grants[1].Token = 5 },
+			want:   func(c checks) []string { return c.tokens },
+			words:  "token 5 granted to b",
+		},
+		{
+			name: "a token granted twice",
+			break_: func(h *history) { h.grants[1].Token = 10 },
+			want:   func(c checks) []string { return c.tokens },
+			words:  "token 10 granted to b",
+		},
+		{
+			name: "fence accepting a lower token",
+			// A broken fence let a's stale write in after b's.
+			break_: func(h *history) {
+				h.writes = append(h.writes, write{Key: "k", Node: "a", Token: 10, Stale: true, Accepted: true, Highest: 20})
+			},
+			want:  func(c checks) []string { return c.fence },
+			words: "admitted a's write to \"k\" with token 10 after token 20",
+		},
+		{
+			name: "fence accepting a token never granted",
+			break_: func(h *history) {
+				h.writes = append(h.writes, write{Key: "k", Node: "x", Token: 30, Accepted: true, Highest: 20})
+			},
+			want:  func(c checks) []string { return c.fence },
+			words: "which nobody was granted",
+		},
+		{
+			name: "stale read",
+			// c reads a's grant after b's acquire returned.
+			break_: func(h *history) { h.ops[2].Token, h.ops[2].Holder = 10, "a" },
+			want:   func(c checks) []string { return c.lin },
+			words:  "not linearizable",
+		},
+		{
+			name: "token not above one granted before",
+			// b's acquire begins after a's returned, with a lower token.
+			break_: func(h *history) { h.ops[1].Token = 5 },
+			want:   func(c checks) []string { return c.lin },
+			words:  "not linearizable",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := clean()
+			tc.break_(h)
+			got := run(h)
+			found := tc.want(got)
+			if len(found) == 0 {
+				t.Fatalf("no check caught it: %+v", got)
+			}
+			if !strings.Contains(strings.Join(found, "\n"), tc.words) {
+				t.Errorf("caught, but not saying %q:\n%s", tc.words, strings.Join(found, "\n"))
+			}
+			t.Logf("caught: %s", found[0])
+		})
+	}
+}
