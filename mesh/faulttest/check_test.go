@@ -26,18 +26,37 @@ import (
 //     grant that raced with the give-up, which the node then frees in the
 //     background — so it leaves the register as it was or held by its node
 //     at some higher epoch nobody learned ("wild").
+//   - One acquire may be granted more than once before it returns: a round
+//     whose outcome it could not learn (accepts lost or late) and whose
+//     lease then expired unseen, then a grant at a higher epoch. So every
+//     acquire also has a shadow operation over the same interval that may
+//     leave the register wild for its node.
 //   - A release answers nil both when it freed the key and when the lease
 //     had been lost, so releases constrain nothing and are not checked.
 //
 // So the model checks what a grant and a read say against real-time order:
 // a grant's token is above every token granted or read before it began,
 // and a read names the latest grant (or one in flight), never an older one.
+//
+// When every node was down at once (a full restart), all lock state is
+// gone: the history then holds an amnesia operation at that moment, after
+// which the register is empty (a read may say "never granted") but every
+// grant must still be above the tokens granted before (Floor).
 type register struct {
 	Epoch  uint64
 	Holder string
 	// Wild: held by Holder at some epoch above Epoch that nobody learned.
 	Wild bool
+	// Floor: grants must exceed it (the highest token before an amnesia).
+	Floor uint64
 }
+
+// Model-only kinds of operation: "every node lost its state", and "this
+// acquire may have been granted an epoch it never reported".
+const (
+	kindAmnesia = "amnesia"
+	kindShadow  = "shadow"
+)
 
 type modelIn struct {
 	Kind string // kindAcquire (acquires and tries) or kindRead
@@ -53,20 +72,24 @@ type modelOut struct {
 
 func stepRegister(s register, in modelIn, out modelOut) []interface{} {
 	switch in.Kind {
+	case kindAmnesia:
+		return []interface{}{register{Floor: max(s.Epoch, s.Floor)}}
+	case kindShadow:
+		return []interface{}{s, register{Epoch: s.Epoch, Holder: in.Node, Wild: true, Floor: s.Floor}}
 	case kindAcquire:
 		if out.Granted {
-			if out.Token > s.Epoch {
-				return []interface{}{register{Epoch: out.Token, Holder: in.Node}}
+			if out.Token > s.Epoch && out.Token > s.Floor {
+				return []interface{}{register{Epoch: out.Token, Holder: in.Node, Floor: s.Floor}}
 			}
 			return nil
 		}
-		return []interface{}{s, register{Epoch: s.Epoch, Holder: in.Node, Wild: true}}
+		return []interface{}{s, register{Epoch: s.Epoch, Holder: in.Node, Wild: true, Floor: s.Floor}}
 	case kindRead:
 		switch {
 		case s.Wild:
 			// The unknown grant is the one read (held, or freed since).
 			if out.Token > s.Epoch && (!out.Held || out.Holder == s.Holder) {
-				return []interface{}{register{Epoch: out.Token, Holder: s.Holder}}
+				return []interface{}{register{Epoch: out.Token, Holder: s.Holder, Floor: s.Floor}}
 			}
 			return nil
 		case out.Token != s.Epoch, out.Held && out.Holder != s.Holder:
@@ -86,6 +109,7 @@ func lockModel() porcupine.Model {
 		Hash: func(state interface{}) uint64 {
 			s := state.(register)
 			h := (uint64(14695981039346656037) ^ s.Epoch) * 1099511628211
+			h = (h ^ s.Floor) * 1099511628211
 			for i := 0; i < len(s.Holder); i++ {
 				h = (h ^ uint64(s.Holder[i])) * 1099511628211
 			}
@@ -96,6 +120,12 @@ func lockModel() porcupine.Model {
 		},
 		DescribeOperation: func(input, output interface{}) string {
 			in, out := input.(modelIn), output.(modelOut)
+			switch in.Kind {
+			case kindAmnesia:
+				return "every node lost its state"
+			case kindShadow:
+				return fmt.Sprintf("%s acquire (an unreported grant?)", in.Node)
+			}
 			if in.Kind == kindAcquire {
 				if out.Granted {
 					return fmt.Sprintf("%s acquire -> token %d", in.Node, out.Token)
@@ -106,19 +136,27 @@ func lockModel() porcupine.Model {
 		},
 		DescribeState: func(state interface{}) string {
 			s := state.(register)
-			if s.Wild {
-				return fmt.Sprintf("%s@>%d", s.Holder, s.Epoch)
+			floor := ""
+			if s.Floor != 0 {
+				floor = fmt.Sprintf(" (floor %d)", s.Floor)
 			}
-			return fmt.Sprintf("%s@%d", s.Holder, s.Epoch)
+			if s.Wild {
+				return fmt.Sprintf("%s@>%d%s", s.Holder, s.Epoch, floor)
+			}
+			return fmt.Sprintf("%s@%d%s", s.Holder, s.Epoch, floor)
 		},
 	}
 	return nm.ToModel()
 }
 
 // modelOps turns a key's recorded operations into porcupine's, leaving out
-// those that constrain nothing (see register).
-func modelOps(ops []op) []porcupine.Operation {
+// those that constrain nothing (see register), and adds an amnesia
+// operation at each moment every node was down.
+func modelOps(ops []op, amnesias []int64) []porcupine.Operation {
 	var out []porcupine.Operation
+	for _, at := range amnesias {
+		out = append(out, porcupine.Operation{ClientId: amnesiaClient, Input: modelIn{Kind: kindAmnesia}, Output: modelOut{}, Call: at, Return: at})
+	}
 	for _, o := range ops {
 		var in modelIn
 		var res modelOut
@@ -129,6 +167,10 @@ func modelOps(ops []op) []porcupine.Operation {
 			}
 			in = modelIn{Kind: kindAcquire, Node: o.Node}
 			res = modelOut{Granted: o.Code == "", Token: o.Token}
+			if res.Granted {
+				out = append(out, porcupine.Operation{ClientId: o.Client, Input: modelIn{Kind: kindShadow, Node: o.Node},
+					Output: modelOut{}, Call: o.Call, Return: o.Return})
+			}
 		case kindRead:
 			if o.Code != "" {
 				continue
@@ -143,6 +185,9 @@ func modelOps(ops []op) []porcupine.Operation {
 	return out
 }
 
+// amnesiaClient is the client id of amnesia operations.
+const amnesiaClient = 1 << 20
+
 // checkLinearizable runs porcupine over each key's operations. It returns
 // how many operations it checked, and what it found.
 func checkLinearizable(h *history, timeout time.Duration) (int, []string) {
@@ -150,7 +195,7 @@ func checkLinearizable(h *history, timeout time.Duration) (int, []string) {
 	checked := 0
 	m := lockModel()
 	for _, key := range h.keys() {
-		ops := modelOps(h.opsOf(key))
+		ops := modelOps(h.opsOf(key), h.amnesiaTimes())
 		checked += len(ops)
 		switch porcupine.CheckOperationsTimeout(m, ops, timeout) {
 		case porcupine.Illegal:
@@ -290,6 +335,17 @@ func verify(t *testing.T, h *history) summary {
 	}
 	s.ops = len(h.opsOf(""))
 	s.grants = len(h.grantsOf(""))
+	for _, g := range h.grantsOf("") {
+		// Neither is a violation of the checks above (the interval ends
+		// at the release, or at the deadline if earlier), but both are
+		// worth seeing.
+		if strings.Contains(g.How, "after its deadline") {
+			t.Logf("a lease ran out before its holder released it, with no loss reported: %v", &g)
+		}
+		if strings.Contains(g.How, "Deadline() says") {
+			t.Logf("Lease.Deadline after Release is not the moment of the release: %v", &g)
+		}
+	}
 	for _, w := range h.writesOf("") {
 		s.writes++
 		if !w.Accepted {

@@ -50,35 +50,35 @@ func TestChecksCatchBrokenHistories(t *testing.T) {
 	}
 
 	for _, tc := range []struct {
-		name  string
-		break_ func(h *history)
-		want  func(c checks) []string // the check that must complain
-		words string                  // and what it must say
+		name   string
+		damage func(h *history)
+		want   func(c checks) []string // the check that must complain
+		words  string                  // and what it must say
 	}{
 		{
 			name: "overlapping holders",
 			// b is granted while a may still act.
-			break_: func(h *history) { h.grants[1].Start = 90 * ms },
+			damage: func(h *history) { h.grants[1].Start = 90 * ms },
 			want:   func(c checks) []string { return c.excl },
 			words:  "held twice at once",
 		},
 		{
 			name: "decreasing token",
 			// b's grant comes after a's with a lower token.
-			break_: func(h *history) { h.grants[1].Token = 5 },
+			damage: func(h *history) { h.grants[1].Token = 5 },
 			want:   func(c checks) []string { return c.tokens },
 			words:  "token 5 granted to b",
 		},
 		{
-			name: "a token granted twice",
-			break_: func(h *history) { h.grants[1].Token = 10 },
+			name:   "a token granted twice",
+			damage: func(h *history) { h.grants[1].Token = 10 },
 			want:   func(c checks) []string { return c.tokens },
 			words:  "token 10 granted to b",
 		},
 		{
 			name: "fence accepting a lower token",
 			// A broken fence let a's stale write in after b's.
-			break_: func(h *history) {
+			damage: func(h *history) {
 				h.writes = append(h.writes, write{Key: "k", Node: "a", Token: 10, Stale: true, Accepted: true, Highest: 20})
 			},
 			want:  func(c checks) []string { return c.fence },
@@ -86,7 +86,7 @@ func TestChecksCatchBrokenHistories(t *testing.T) {
 		},
 		{
 			name: "fence accepting a token never granted",
-			break_: func(h *history) {
+			damage: func(h *history) {
 				h.writes = append(h.writes, write{Key: "k", Node: "x", Token: 30, Accepted: true, Highest: 20})
 			},
 			want:  func(c checks) []string { return c.fence },
@@ -95,21 +95,21 @@ func TestChecksCatchBrokenHistories(t *testing.T) {
 		{
 			name: "stale read",
 			// c reads a's grant after b's acquire returned.
-			break_: func(h *history) { h.ops[2].Token, h.ops[2].Holder = 10, "a" },
+			damage: func(h *history) { h.ops[2].Token, h.ops[2].Holder = 10, "a" },
 			want:   func(c checks) []string { return c.lin },
 			words:  "not linearizable",
 		},
 		{
 			name: "token not above one granted before",
 			// b's acquire begins after a's returned, with a lower token.
-			break_: func(h *history) { h.ops[1].Token = 5 },
+			damage: func(h *history) { h.ops[1].Token = 5 },
 			want:   func(c checks) []string { return c.lin },
 			words:  "not linearizable",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := clean()
-			tc.break_(h)
+			tc.damage(h)
 			got := run(h)
 			found := tc.want(got)
 			if len(found) == 0 {

@@ -32,10 +32,10 @@ type clients struct {
 	wg     sync.WaitGroup
 
 	mu   sync.Mutex
-	took []timed // every acquire and try, with how long it took
+	took []timed // every acquire, try and read, with how long it took
 }
 
-// timed is one acquire or try as its client saw it.
+// timed is one acquire, try or read as its client saw it.
 type timed struct {
 	node, kind, code string
 	call, ret        int64
@@ -108,11 +108,9 @@ func (cl *clients) run(ctx context.Context, id int, n *node, rng *rand.Rand) {
 			req.Op, req.TimeoutMS = control.OpHolder, 2000
 		}
 		res := c.do(n, id, req)
-		if req.Op != control.OpHolder {
-			cl.mu.Lock()
-			cl.took = append(cl.took, timed{node: n.name, kind: req.Op, code: res.code(), call: res.callAt, ret: res.at})
-			cl.mu.Unlock()
-		}
+		cl.mu.Lock()
+		cl.took = append(cl.took, timed{node: n.name, kind: req.Op, code: res.code(), call: res.callAt, ret: res.at})
+		cl.mu.Unlock()
 		switch {
 		case res.err != nil || res.r.Err == control.ErrClosed:
 			// The node is going or gone: wait for its next process.
@@ -133,9 +131,9 @@ func (cl *clients) run(ctx context.Context, id int, n *node, rng *rand.Rand) {
 	}
 }
 
-// acquires returns the acquires and tries the clients made, in the order
-// they ended.
-func (cl *clients) acquires() []timed {
+// timings returns the acquires, tries and reads the clients made, in the
+// order they ended.
+func (cl *clients) timings() []timed {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	out := slices.Clone(cl.took)

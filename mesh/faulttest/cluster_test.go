@@ -251,7 +251,7 @@ func (c *cluster) onReply(n *node) func(*proc, *pendingCall, control.Reply, int6
 	return func(p *proc, pc *pendingCall, r control.Reply, at int64) error {
 		switch {
 		case r.Event == control.EventEnded:
-			c.hist.ended(p, r.Key, r.Token, r.Deadline, r.At, r.Reason)
+			c.hist.ended(p, r)
 		case pc == nil || r.Err != "":
 		case pc.req.Op == control.OpAcquire || pc.req.Op == control.OpTry:
 			c.hist.granted(p, n.name, r.Key, r.Token, pc.callAt, r.At, r.Deadline)

@@ -66,7 +66,7 @@ type grant struct {
 	Deadline  int64 // the deadline at the grant
 	End       int64 // the end of the interval; 0 while open
 	How       string
-	Reported  int64 // when the holder noticed the end (0: it never said)
+	Reported  int64         // when the holder noticed the end (0: it never said)
 	done      chan struct{} // closed when End is set
 }
 
@@ -97,6 +97,22 @@ type history struct {
 	grants []*grant
 	writes []write
 	fence  lease.Fence
+	// amnesias are moments when every node was down: all lock state was
+	// gone (see register).
+	amnesias []int64
+}
+
+// allDown records that every node is down now, its state lost.
+func (h *history) allDown(at int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.amnesias = append(h.amnesias, at)
+}
+
+func (h *history) amnesiaTimes() []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.amnesias)
 }
 
 // record adds a client operation with the result it got. Requests that
@@ -130,12 +146,29 @@ func (h *history) granted(p *proc, node, key string, token uint64, call, start, 
 }
 
 // ended closes a lease's interval at the deadline its holder reported last.
-func (h *history) ended(p *proc, key string, token uint64, deadline, reported int64, how string) {
+// For a lease its holder released, the interval ends when the holder called
+// Release, or at the deadline the lease had then if that was earlier (the
+// lease ran out unnoticed). What Lease.Deadline says after the release is
+// noted when it is later than the release: the library documents it as
+// the moment of the release.
+func (h *history) ended(p *proc, r control.Reply) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	end, how := r.Deadline, r.Reason
+	if r.Released != 0 {
+		end = min(r.Released, r.Before)
+		if r.Before < r.Released {
+			how += fmt.Sprintf(", %v after its deadline", time.Duration(r.Released-r.Before).Round(time.Millisecond))
+		}
+		// Release stamps its own moment a little after ours; a renewal
+		// that lands during the release moves it a whole TTL.
+		if r.Deadline > r.Released+int64(100*time.Millisecond) {
+			how += fmt.Sprintf(", but Deadline() says %v after the release", time.Duration(r.Deadline-r.Released).Round(time.Millisecond))
+		}
+	}
 	for _, g := range h.grants {
-		if g.Proc == p && g.Key == key && g.Token == token && g.End == 0 {
-			g.End, g.How, g.Reported = deadline, how, reported
+		if g.Proc == p && g.Key == r.Key && g.Token == r.Token && g.End == 0 {
+			g.End, g.How, g.Reported = end, how, r.At
 			close(g.done)
 		}
 	}

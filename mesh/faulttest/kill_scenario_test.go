@@ -111,7 +111,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 			t.Errorf("%s's write under token %d: %s %v", r.waiter, w.r.Token, wr.code(), wr.fence)
 		}
 		// The pause is the fault: it lasts two TTLs at least.
-		if rest := time.Duration(stoppedAt+int64(2*c.spec.ttl)-control.Now()); rest > 0 {
+		if rest := time.Duration(stoppedAt + int64(2*c.spec.ttl) - control.Now()); rest > 0 {
 			time.Sleep(rest)
 		}
 		// The write the paused process had decided on waits in its

@@ -119,10 +119,12 @@ func (l *netlab) cut(from, to []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, f := range from {
+		var cmds []string
 		for _, d := range to {
-			l.must("-n", l.host(f).ns, "neigh", "replace", l.host(d).ip, "lladdr", deadMAC, "dev", "eth0", "nud", "permanent")
+			cmds = append(cmds, fmt.Sprintf("neigh replace %s lladdr %s dev eth0 nud permanent", l.host(d).ip, deadMAC))
 			l.cuts[[2]string{f, d}] = true
 		}
+		l.batch(f, cmds)
 	}
 }
 
@@ -138,9 +140,23 @@ func (l *netlab) heal() {
 	l.t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	cmds := make(map[string][]string)
 	for c := range l.cuts {
-		l.must("-n", l.host(c[0]).ns, "neigh", "del", l.host(c[1]).ip, "dev", "eth0")
+		cmds[c[0]] = append(cmds[c[0]], fmt.Sprintf("neigh del %s dev eth0", l.host(c[1]).ip))
 		delete(l.cuts, c)
+	}
+	for host, list := range cmds {
+		l.batch(host, list)
+	}
+}
+
+// batch runs ip commands in host's namespace, in one process.
+func (l *netlab) batch(host string, cmds []string) {
+	l.t.Helper()
+	cmd := exec.Command("ip", "-n", l.host(host).ns, "-batch", "-")
+	cmd.Stdin = strings.NewReader(strings.Join(cmds, "\n") + "\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		l.t.Fatalf("ip -n %s -batch: %v: %s\n%s", l.host(host).ns, err, strings.TrimSpace(string(out)), strings.Join(cmds, "\n"))
 	}
 }
 

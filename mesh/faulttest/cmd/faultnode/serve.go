@@ -29,16 +29,35 @@ type server struct {
 	leases map[string]*mesh.Lease // held now, by key
 	taking map[string]bool        // an acquire in progress, by key
 	last   map[string]uint64      // the last token held, by key (stale writes)
-	ends   sync.WaitGroup         // lease watchers
+	// releasing notes, for each lease this process releases, when it
+	// called Release and the deadline the lease had just before.
+	releasing map[*mesh.Lease]releaseNote
+	ends      sync.WaitGroup // lease watchers
 }
 
 func newServer(m *mesh.Mesh, out io.Writer) *server {
 	return &server{
-		m:      m,
-		enc:    json.NewEncoder(out),
-		leases: make(map[string]*mesh.Lease),
-		taking: make(map[string]bool),
-		last:   make(map[string]uint64),
+		m:         m,
+		enc:       json.NewEncoder(out),
+		leases:    make(map[string]*mesh.Lease),
+		taking:    make(map[string]bool),
+		last:      make(map[string]uint64),
+		releasing: make(map[*mesh.Lease]releaseNote),
+	}
+}
+
+type releaseNote struct {
+	at     int64     // control.Now() just before Release
+	before time.Time // Deadline() then
+}
+
+// noteRelease records when a release of l begins, and l's deadline then:
+// the holder acts until the earlier of the two.
+func (s *server) noteRelease(l *mesh.Lease) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.releasing[l]; !ok {
+		s.releasing[l] = releaseNote{at: control.Now(), before: l.Deadline()}
 	}
 }
 
@@ -112,6 +131,15 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 func (s *server) leave(id uint64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	s.mu.Lock()
+	held := make([]*mesh.Lease, 0, len(s.leases))
+	for _, l := range s.leases {
+		held = append(held, l)
+	}
+	s.mu.Unlock()
+	for _, l := range held {
+		s.noteRelease(l)
+	}
 	err := s.m.Leave(ctx)
 	s.ends.Wait() // every lease's end is reported before the reply
 	r := control.Reply{ID: id, At: control.Now()}
@@ -194,10 +222,13 @@ func (s *server) watch(l *mesh.Lease) {
 	defer s.ends.Done()
 	<-l.Done()
 	at := control.Now()
+	deadline := l.Deadline()
 	s.mu.Lock()
 	if s.leases[l.Key()] == l {
 		delete(s.leases, l.Key())
 	}
+	note, released := s.releasing[l]
+	delete(s.releasing, l)
 	s.mu.Unlock()
 	reason := control.EndClosed
 	switch err := l.Err(); {
@@ -206,8 +237,12 @@ func (s *server) watch(l *mesh.Lease) {
 	case errors.Is(err, mesh.ErrLeaseLost):
 		reason = control.EndLost
 	}
-	s.reply(control.Reply{Event: control.EventEnded, Key: l.Key(), Token: l.Token(), Reason: reason,
-		Deadline: monoOf(l.Deadline()), At: at, Msg: fmt.Sprint(l.Err())})
+	r := control.Reply{Event: control.EventEnded, Key: l.Key(), Token: l.Token(), Reason: reason,
+		Deadline: monoOf(deadline), At: at, Msg: fmt.Sprint(l.Err())}
+	if released {
+		r.Released, r.Before = note.at, monoOf(note.before)
+	}
+	s.reply(r)
 }
 
 func (s *server) release(ctx context.Context, key string) control.Reply {
@@ -217,6 +252,7 @@ func (s *server) release(ctx context.Context, key string) control.Reply {
 	if l == nil {
 		return control.Reply{Err: control.ErrNotHeld, Msg: fmt.Sprintf("%q is not held by this process", key)}
 	}
+	s.noteRelease(l)
 	err := l.Release(ctx)
 	r := control.Reply{Key: key, Token: l.Token(), At: monoOf(l.Deadline())}
 	if err != nil {

@@ -85,7 +85,13 @@ type Reply struct {
 	At int64 `json:"at,omitempty"`
 	// Deadline is until when the holder may act: at a grant, and, for an
 	// ended lease, its last deadline (the release moment when released).
-	Deadline int64  `json:"deadline,omitempty"`
+	Deadline int64 `json:"deadline,omitempty"`
+	// Released and Before are, for a lease this process released, when it
+	// called Release and the deadline the lease had just before: the
+	// holder acted until the earlier of the two, whatever Deadline says
+	// after the release.
+	Released int64  `json:"released,omitempty"`
+	Before   int64  `json:"before,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 
 	Status *Status `json:"status,omitempty"`
