@@ -135,8 +135,11 @@ func TestPartition(t *testing.T) {
 		if err != nil {
 			t.Fatalf("after healing %s: %v", cut.name, err)
 		}
+		// The first grant on the healed minority can wait out the TCP
+		// retransmission backoff of its pooled ballot connections (seconds
+		// after a long cut), hence the generous wait.
 		after := fmt.Sprintf("after%d", i)
-		res := c.do(c.node("a"), scripted, control.Request{Op: control.OpAcquire, Key: after, TimeoutMS: 10000})
+		res := c.do(c.node("a"), scripted, control.Request{Op: control.OpAcquire, Key: after, TimeoutMS: 30000})
 		if !res.ok() {
 			t.Fatalf("a could not take %q after the heal: %s %s %v", after, res.code(), res.r.Msg, res.err)
 		}
