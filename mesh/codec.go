@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -21,6 +22,9 @@ const (
 	kindNotify       byte = 3 // quorum.Notify, one-way
 	kindCatchUp      byte = 4 // quorum.CatchUpRequest, answered by kindCatchUpReply
 	kindCatchUpReply byte = 5
+	kindPush         byte = 6 // quorum.ConfigPush, one-way
+	kindConfigFetch  byte = 7 // no body; answered by kindConfigReply
+	kindConfigReply  byte = 8 // quorum.Membership
 )
 
 // limits bound what one message may carry.
@@ -34,7 +38,7 @@ type limits struct {
 var msgpackHandle = func() *codec.MsgpackHandle {
 	h := &codec.MsgpackHandle{}
 	h.MaxInitLen = 256 // never preallocate from an untrusted length
-	h.MaxDepth = 8     // our messages nest four deep at most
+	h.MaxDepth = 16    // our messages nest seven deep at most (a catch-up entry of the voter configuration)
 	return h
 }()
 
@@ -61,6 +65,9 @@ func decode(body []byte, want byte, v any) error {
 	}
 	dec := codec.NewDecoderBytes(body[1:], msgpackHandle)
 	if err := dec.Decode(v); err != nil {
+		if strings.Contains(err.Error(), "maximum decoding depth exceeded") { // go-msgpack's text
+			return fmt.Errorf("%w: %w: %v", errMalformed, errTooDeep, err)
+		}
 		return fmt.Errorf("%w: %v", errMalformed, err)
 	}
 	return nil
@@ -71,7 +78,7 @@ func (l limits) checkKey(k string) error {
 	case k == "":
 		return fmt.Errorf("%w: empty key", errMalformed)
 	case len(k) > l.maxKeyLen:
-		return fmt.Errorf("%w: key of %d bytes (limit %d)", errMalformed, len(k), l.maxKeyLen)
+		return fmt.Errorf("%w: %w: key of %d bytes (limit %d)", errMalformed, errKeyTooLong, len(k), l.maxKeyLen)
 	case !utf8.ValidString(k):
 		return fmt.Errorf("%w: key is not UTF-8", errMalformed)
 	}
@@ -86,8 +93,11 @@ func checkName(n quorum.NodeID) error {
 }
 
 func (l limits) checkRequest(r *quorum.Request) error {
-	if len(r.Ops) == 0 || len(r.Ops) > l.maxOps {
-		return fmt.Errorf("%w: %d operations (limit %d)", errMalformed, len(r.Ops), l.maxOps)
+	if len(r.Ops) == 0 {
+		return fmt.Errorf("%w: no operations", errMalformed)
+	}
+	if len(r.Ops) > l.maxOps {
+		return fmt.Errorf("%w: %w: %d operations (limit %d)", errMalformed, errTooManyOps, len(r.Ops), l.maxOps)
 	}
 	if err := checkName(r.From); err != nil {
 		return err
@@ -106,14 +116,14 @@ func (l limits) checkRequest(r *quorum.Request) error {
 
 func (l limits) checkResponse(r *quorum.Response) error {
 	if len(r.Results) > l.maxOps {
-		return fmt.Errorf("%w: %d results (limit %d)", errMalformed, len(r.Results), l.maxOps)
+		return fmt.Errorf("%w: %w: %d results (limit %d)", errMalformed, errTooManyOps, len(r.Results), l.maxOps)
 	}
 	return checkName(r.From)
 }
 
 func (l limits) checkNotify(n *quorum.Notify) error {
 	if len(n.Keys) > l.maxKeys {
-		return fmt.Errorf("%w: %d keys (limit %d)", errMalformed, len(n.Keys), l.maxKeys)
+		return fmt.Errorf("%w: %w: %d keys (limit %d)", errMalformed, errTooManyOps, len(n.Keys), l.maxKeys)
 	}
 	for _, k := range n.Keys {
 		if err := l.checkKey(k); err != nil {
@@ -125,7 +135,7 @@ func (l limits) checkNotify(n *quorum.Notify) error {
 
 func (l limits) checkCatchUpReply(r *quorum.CatchUpResponse) error {
 	if len(r.Entries) > l.maxEntry {
-		return fmt.Errorf("%w: %d entries (limit %d)", errMalformed, len(r.Entries), l.maxEntry)
+		return fmt.Errorf("%w: %w: %d entries (limit %d)", errMalformed, errTooManyOps, len(r.Entries), l.maxEntry)
 	}
 	for i := range r.Entries {
 		if err := l.checkKey(r.Entries[i].Key); err != nil {

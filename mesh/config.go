@@ -80,17 +80,83 @@ type Config struct {
 	// (DefaultConfig) or 1s (DefaultLocalConfig); negative disables it.
 	RejoinInterval time.Duration
 
-	// MaxKeyLength bounds a lock key in bytes. Zero means 512.
+	// MaxKeyLength bounds a lock key in bytes, here and in every message
+	// received (a longer one is refused, counted in limit.key_length).
+	// Zero means 512.
 	MaxKeyLength int
-	// MaxOpsPerMessage bounds the operations one ballot message may
-	// carry; larger batches are split. Zero means 16384.
+	// MaxOpsPerMessage bounds the operations (keys) one ballot message may
+	// carry: larger batches are split when sent, and a message carrying
+	// more is refused (limit.ops). Use the same value on every node. Zero
+	// means 16384.
 	MaxOpsPerMessage int
 
-	// TLS, when set, secures the ballot transport (listen and dial). Use a
-	// configuration with client certificates required for mutual TLS.
+	// TLS, when set, secures the ballot transport (listen and dial) with
+	// this configuration as given, and TLSCertFile, TLSKeyFile and
+	// TLSCAFile are ignored. Require client certificates for mutual TLS;
+	// a dialer's certificate must then name it (its DNS SAN equal to its
+	// Name), or its connections are refused. Prefer the file fields, which
+	// do all of this.
 	TLS *tls.Config
-	// MaxFrameSize bounds one ballot message on the wire. Zero means 4 MiB.
+	// TLSCertFile and TLSKeyFile are this node's certificate (PEM; any
+	// intermediates after it) and private key; TLSCAFile holds the PEM
+	// certificates of the CA(s) that sign the mesh's nodes. Set all three
+	// for mutual TLS 1.3 on the ballot transport: both ends of every
+	// connection must present a certificate issued by a CA in TLSCAFile,
+	// valid now, for both client and server authentication, and the
+	// dialer's certificate must name it: a DNS SAN equal to its Name. A
+	// node with any other certificate, or none, cannot vote or take locks.
+	// The files are re-read when they change (checked at most once a
+	// second, at a handshake), so certificates and CAs can be replaced
+	// without a restart; see SECURITY.md. Empty: no TLS.
+	TLSCertFile string
+	TLSKeyFile  string
+	TLSCAFile   string
+	// MaxFrameSize bounds one ballot message on the wire, in bytes; a
+	// peer announcing a longer one is disconnected (limit.frame_size).
+	// Range 1 KiB to 1 GiB. Zero means 4 MiB.
 	MaxFrameSize int
+	// MaxInflightPerConn bounds the requests a peer may leave unanswered on
+	// one connection by not reading the replies: past it the connection is
+	// no longer read, and it is closed once its replies make no progress
+	// (limit.inflight). Zero means 256.
+	MaxInflightPerConn int
+	// MaxConnsPerPeer bounds the ballot connections open at once from one
+	// node; more are closed (limit.conns). Zero means 16.
+	MaxConnsPerPeer int
+	// MaxInboundConns bounds the ballot connections open at once in all,
+	// handshaking ones included; more are closed (limit.conns). Zero means
+	// 1024.
+	MaxInboundConns int
+	// FrameTimeout bounds the time from a ballot message's first byte to
+	// its last: a peer trickling bytes is cut off (limit.slow_frame). Keep
+	// it above MaxFrameSize over the slowest link's bandwidth. Zero means
+	// 10s.
+	FrameTimeout time.Duration
+	// HandshakeTimeout bounds the TLS handshake and hello of an incoming
+	// ballot connection (limit.handshake). Zero means 5s (1s in
+	// DefaultLocalConfig).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes an incoming ballot connection that carried
+	// nothing for this long (limit.idle, normal for quiet peers). Use the
+	// same value on every node. Zero means 2 minutes.
+	IdleTimeout time.Duration
+
+	// GossipKey encrypts and authenticates gossip (memberlist's primary
+	// keyring key, AES-GCM): 16, 24 or 32 bytes for AES-128, -192 or -256,
+	// the same on every node. A node without it, or with another key,
+	// never joins: its gossip is dropped (gossip.refused.key). Empty means
+	// gossip in the clear. It overrides Memberlist.SecretKey and Keyring.
+	GossipKey []byte
+	// GossipKeys are more keys that gossip is accepted under (never sent
+	// under), for rotation; see Mesh.InstallGossipKey. Each 16, 24 or 32
+	// bytes. They need GossipKey.
+	GossipKeys [][]byte
+	// GossipLabel is prefixed to every gossip packet and stream, and
+	// authenticated with GossipKey when there is one; gossip with another
+	// label (or none) is dropped (gossip.refused.label). It keeps meshes
+	// that share a network apart, e.g. "payments-prod". Up to 255 bytes;
+	// empty means none. It overrides Memberlist.Label.
+	GossipLabel string
 
 	// Logger receives the mesh's logs, memberlist's included. Nil means
 	// silent.
@@ -202,7 +268,7 @@ func (c *Config) Validate() error {
 	if c.MaxKeyLength < 0 || c.MaxOpsPerMessage < 0 || c.MaxFrameSize < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	}
-	return nil
+	return c.validateSecurity()
 }
 
 // maxVoters bounds a voter configuration: beyond 7, every grant waits on

@@ -53,6 +53,11 @@ func (m *Mesh) drive(fn func(p *quorum.Proposer)) {
 			}
 			m.sendRequest(req)
 		}
+		m.sendPushes(rd.Pushes)
+		m.sendLists(rd.Lists)
+	}
+	if cur := m.current.Load(); cur == nil || cur.ID != m.prop.Membership().ID {
+		m.configChanged()
 	}
 	if at, ok := m.prop.NextTick(); ok && at < m.armed {
 		m.kickTimer()
@@ -64,7 +69,7 @@ func (m *Mesh) localRequest(req *quorum.Request) *quorum.Response {
 	m.accMu.Lock()
 	if m.acc == nil {
 		m.accMu.Unlock()
-		return nil
+		return quorum.NoAcceptorResponse(m.prop.Membership(), m.name, m.inc, req)
 	}
 	resp := m.acc.HandleRequest(req)
 	ard := m.acc.Ready()
@@ -88,23 +93,30 @@ func (m *Mesh) sendRequest(req *quorum.Request) {
 		body := encodeRequest(&part)
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
-		go m.call(addr, body)
+		go m.call(addr, req.To, body)
 	}
 }
 
-func (m *Mesh) call(addr string, body []byte) {
+// call sends one request to voter to at addr and steps the answer, which
+// must come from that voter: a vote is counted by the name it carries.
+func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.roundTimeout())
 	defer cancel()
 	reply, err := m.tr.Call(ctx, addr, body)
 	if err != nil {
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
-			m.log.Debug("ballot call failed", "peer", addr, "error", err)
+			m.callFailed(addr, err)
 		}
 		return
 	}
 	m.incr("bytes.received", float32(len(reply)))
 	resp, err := m.lim.decodeResponse(reply)
+	if err == nil && resp.From != to {
+		err = fmt.Errorf("%w: the answer of %s at %s is signed %s", errMalformed, to, addr, resp.From)
+	}
 	if err != nil {
+		m.incr("rpc.malformed", 1)
+		m.countLimit(err)
 		m.log.Warn("bad ballot response", "peer", addr, "error", err)
 		return
 	}
@@ -152,22 +164,21 @@ func (m *Mesh) catchUpCall(addr string, body []byte) {
 	if err != nil {
 		return
 	}
-	var resp quorum.CatchUpResponse
-	if err := decode(reply, kindCatchUpReply, &resp); err != nil {
-		m.log.Warn("bad catch-up response", "peer", addr, "error", err)
-		return
-	}
-	if err := m.lim.checkCatchUpReply(&resp); err != nil {
+	resp, err := m.lim.decodeCatchUpReply(reply)
+	if err != nil {
+		m.incr("rpc.malformed", 1)
+		m.countLimit(err)
 		m.log.Warn("bad catch-up response", "peer", addr, "error", err)
 		return
 	}
 	m.accMu.Lock()
 	was := m.acc.State()
-	m.acc.HandleCatchUpResponse(&resp)
+	m.acc.HandleCatchUpResponse(resp)
 	now := m.acc.State()
 	floor := m.acc.FloorOnly()
 	ard := m.acc.Ready()
 	m.accMu.Unlock()
+	m.acceptorAdopted() // the answer may have named a newer configuration
 	if was != quorum.Live && now == quorum.Live {
 		if floor {
 			m.log.Info("voting; no majority of voters had state to catch up from (a new mesh, or most voters restarted together), so fencing tokens continue from the wall clock")
@@ -229,6 +240,8 @@ func (h handler) HandleRequest(from string, body []byte) ([]byte, error) {
 		return m.handleRequest(from, body)
 	case kindCatchUp:
 		return m.handleCatchUp(from, body)
+	case kindConfigFetch:
+		return m.handleConfigFetch()
 	}
 	m.incr("rpc.malformed", 1)
 	return nil, fmt.Errorf("%w: kind %d: %w", errMalformed, body[0], transport.ErrRejectPeer)
@@ -236,7 +249,10 @@ func (h handler) HandleRequest(from string, body []byte) ([]byte, error) {
 
 func (m *Mesh) refuse(from string, err error) ([]byte, error) {
 	m.incr("rpc.malformed", 1)
-	m.log.Warn("refusing a malformed ballot message", "peer", from, "error", err)
+	kind := m.countLimit(err)
+	if m.noisy.allow("malformed " + kind + " " + from) { // one line a minute per kind of fault and peer
+		m.log.Warn("refusing a malformed ballot message", "peer", from, "error", err)
+	}
 	return nil, fmt.Errorf("%w: %w", err, transport.ErrRejectPeer)
 }
 
@@ -249,16 +265,22 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
 	}
 	m.accMu.Lock()
+	var resp *quorum.Response
+	var ard quorum.AcceptorReady
 	if m.acc == nil {
-		m.accMu.Unlock()
-		return nil, fmt.Errorf("mesh: %s does not vote", m.name)
+		cur := m.current.Load()
+		if cur == nil {
+			m.accMu.Unlock()
+			return nil, fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
+		}
+		resp = quorum.NoAcceptorResponse(*cur, m.name, m.inc, req)
+	} else {
+		resp = m.acc.HandleRequest(req)
+		ard = m.acc.Ready()
 	}
-	resp := m.acc.HandleRequest(req)
-	ard := m.acc.Ready()
 	m.accMu.Unlock()
 	if resp.Status == quorum.StatusWrongConfig {
-		m.incr("rpc.wrong_config", 1)
-		m.log.Warn("a node uses another voter configuration", "peer", from, "theirs", req.Config)
+		m.wrongConfig(from, req.Config, resp.Config, "ballots")
 	}
 	m.acceptorReady(ard, false)
 	m.kickTimer()
@@ -274,13 +296,39 @@ func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
 		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
 	}
 	m.accMu.Lock()
+	var resp *quorum.CatchUpResponse
 	if m.acc == nil {
-		m.accMu.Unlock()
-		return nil, fmt.Errorf("mesh: %s does not vote", m.name)
+		cur := m.current.Load()
+		if cur == nil {
+			m.accMu.Unlock()
+			return nil, fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
+		}
+		resp = quorum.NoAcceptorCatchUp(*cur, m.name, m.inc, &req)
+	} else {
+		resp = m.acc.HandleCatchUp(&req)
 	}
-	resp := m.acc.HandleCatchUp(&req)
 	m.accMu.Unlock()
+	if resp.Status == quorum.StatusWrongConfig {
+		m.wrongConfig(from, req.Config, resp.Config, "a catch-up")
+	}
 	return encode(kindCatchUpReply, resp)
+}
+
+// wrongConfig counts and reports a message of another configuration. One
+// of this mesh (an older or newer version) is routine while a change
+// spreads: the answer tells the sender ours, or makes it push its own. One
+// of another mesh is refused for good.
+func (m *Mesh) wrongConfig(from string, theirs, ours uint64, what string) {
+	m.incr("rpc.wrong_config", 1)
+	t, o := quorum.Membership{ID: theirs}, quorum.Membership{ID: ours}
+	if t.Cluster() == o.Cluster() {
+		m.log.Debug("a message of another version of the voter configuration", "peer", from, "what", what,
+			"theirs", t.Version(), "ours", o.Version())
+		return
+	}
+	if m.noisy.allow("wrong config " + from) {
+		m.log.Warn("refusing "+what+" of another voter configuration (another mesh, founded by other voters)", "peer", from, "theirs", theirs, "ours", ours)
+	}
 }
 
 func (h handler) HandleMessage(from string, body []byte) {
@@ -290,10 +338,17 @@ func (h handler) HandleMessage(from string, body []byte) {
 		return
 	}
 	m.incr("messages.received", 1)
+	if len(body) > 0 && body[0] == kindPush {
+		m.handlePush(from, body)
+		return
+	}
 	n, err := m.lim.decodeNotify(body)
 	if err != nil || string(n.From) != from {
 		m.incr("rpc.malformed", 1)
-		m.log.Warn("ignoring a malformed notification", "peer", from, "error", err)
+		kind := m.countLimit(err)
+		if m.noisy.allow("malformed notification " + kind + " " + from) {
+			m.log.Warn("ignoring a malformed notification", "peer", from, "error", err)
+		}
 		return
 	}
 	m.drive(func(p *quorum.Proposer) { p.HandleNotify(n) })

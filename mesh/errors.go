@@ -28,6 +28,9 @@ var (
 	// ErrNoVoters: the voter configuration has not formed yet
 	// (BootstrapExpect still waiting for voters).
 	ErrNoVoters = errors.New("mesh: no voter configuration yet")
+	// ErrGossipNotEncrypted: a gossip key operation on a node started
+	// without Config.GossipKey.
+	ErrGossipNotEncrypted = errors.New("mesh: gossip is not encrypted")
 )
 
 // LockedError says who holds a key. errors.Is(err, ErrLocked) is true.

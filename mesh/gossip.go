@@ -117,10 +117,16 @@ func (g gossip) seen(n *memberlist.Node, state string) {
 		return
 	}
 	g.m.book.note(n, meta, state)
-	if meta.Config != 0 || meta.Expect != 0 {
-		// Forming the configuration takes locks of ours; not under
-		// memberlist's.
-		go g.m.maybeBootstrap()
+	if g.m.current.Load() == nil {
+		if meta.Config != 0 || meta.Expect != 0 {
+			// Forming the configuration takes locks of ours; not under
+			// memberlist's.
+			go g.m.maybeBootstrap()
+		}
+		return
+	}
+	if state == "alive" {
+		g.m.checkPeerConfig(n.Name, meta.Config)
 	}
 }
 
@@ -169,10 +175,7 @@ func (m *Mesh) rejoinTargets() []string {
 			targets = append(targets, s)
 		}
 	}
-	m.setupMu.Lock()
-	voters := m.voters
-	m.setupMu.Unlock()
-	if voters != nil {
+	if voters := m.current.Load(); voters != nil {
 		for _, v := range voters.Voters {
 			if a, ok := gossipAddr[string(v)]; ok && !alive[string(v)] && v != m.name {
 				targets = append(targets, a)

@@ -178,7 +178,7 @@ func (m *Mesh) TryAcquire(ctx context.Context, key string, opts ...AcquireOption
 }
 
 func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lease, error) {
-	if err := m.lim.checkKey(key); err != nil {
+	if err := m.userKey(key); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidKey, key, err)
 	}
 	o, err := m.options(opts)
@@ -235,6 +235,12 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		if out.lease != nil {
 			go out.lease.Release(context.Background())
 		}
+		switch out.res.Outcome {
+		case quorum.NoQuorum, quorum.Locked:
+			// It ended on its own, at the deadline it shares with ctx.
+			_, err := m.acquired(key, out, start)
+			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
 		switch out.res.Why {
 		case quorum.NoQuorum:
 			m.incr("quorum.failures", 1)
@@ -272,7 +278,7 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 // answers, and what it says is never older than what any earlier call
 // returned.
 func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
-	if err := m.lim.checkKey(key); err != nil {
+	if err := m.userKey(key); err != nil {
 		return Holder{}, fmt.Errorf("%w: %q: %w", ErrInvalidKey, key, err)
 	}
 	if err := m.waitReady(ctx); err != nil {

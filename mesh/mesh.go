@@ -3,12 +3,12 @@ package mesh
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
 	"math/rand"
 	"net"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -36,10 +36,15 @@ type Mesh struct {
 	book   book
 	noisy  limiter // rate-limits logs about refused peers
 
-	// The voter configuration, once known; ready closes then.
-	setupMu sync.Mutex
-	voters  *quorum.Membership
-	ready   chan struct{}
+	keyring *memberlist.Keyring // gossip keys; nil when gossip is not encrypted
+
+	// The voter configuration, once known (the newest this node adopted);
+	// ready closes when the first is.
+	setupMu  sync.Mutex
+	current  atomic.Pointer[quorum.Membership]
+	ready    chan struct{}
+	fetchMu  sync.Mutex
+	fetching map[fetchKey]bool
 
 	accMu sync.Mutex
 	acc   *quorum.Acceptor // nil on a node that does not vote
@@ -71,18 +76,19 @@ func New(cfg *Config) (*Mesh, error) {
 	}
 	c := *cfg
 	m := &Mesh{
-		cfg:     c,
-		name:    quorum.NodeID(c.Name),
-		inc:     uint64(time.Now().UnixNano()),
-		log:     c.Logger,
-		clock:   newClock(),
-		lim:     c.limits(),
-		ready:   make(chan struct{}),
-		waiters: make(map[quorum.OpID]chan outcome),
-		leases:  make(map[string]*Lease),
-		kick:    make(chan struct{}, 1),
-		started: make(chan struct{}),
-		closed:  make(chan struct{}),
+		cfg:      c,
+		name:     quorum.NodeID(c.Name),
+		inc:      uint64(time.Now().UnixNano()),
+		log:      c.Logger,
+		clock:    newClock(),
+		lim:      c.limits(),
+		ready:    make(chan struct{}),
+		waiters:  make(map[quorum.OpID]chan outcome),
+		fetching: make(map[fetchKey]bool),
+		leases:   make(map[string]*Lease),
+		kick:     make(chan struct{}, 1),
+		started:  make(chan struct{}),
+		closed:   make(chan struct{}),
 	}
 	if m.log == nil {
 		m.log = hclog.NewNullLogger()
@@ -104,8 +110,7 @@ func New(cfg *Config) (*Mesh, error) {
 		return nil, err
 	}
 	if len(c.Voters) > 0 {
-		names := slices.Clone(c.Voters)
-		if err := m.adopt(configID(names), names); err != nil {
+		if err := m.setup(founding(c.Voters)); err != nil {
 			m.Shutdown()
 			return nil, err
 		}
@@ -136,13 +141,8 @@ func (m *Mesh) startTransport() error {
 		tc.BindAddr = m.cfg.rpcBind(m.cfg.BindPort)
 		tc.AdvertiseAddr = m.cfg.RPCAdvertise
 		tc.Handler = handler{m}
-		tc.TLS = m.cfg.TLS
-		if m.cfg.MaxFrameSize > 0 {
-			tc.MaxFrameSize = m.cfg.MaxFrameSize
-		}
-		tc.OnError = func(peer string, err error) {
-			m.log.Warn("ballot connection refused", "peer", peer, "error", err)
-			m.incr("transport.refused", 1)
+		if err := m.secureTransport(&tc); err != nil { // TLS, limits, OnError
+			return err
 		}
 		m.tr, err = transport.NewTCP(tc)
 	}
@@ -151,6 +151,7 @@ func (m *Mesh) startTransport() error {
 	}
 	m.meta.RPC = m.tr.Addr()
 	m.meta.Expect = m.cfg.BootstrapExpect
+	m.meta.Inc = m.inc
 	return nil
 }
 
@@ -183,8 +184,9 @@ func (m *Mesh) startGossip() error {
 	}
 	mc.Delegate = gossip{m}
 	mc.Events = gossip{m}
-	mc.Logger = m.log.Named("memberlist").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
-	mc.LogOutput = nil
+	if err := m.secureGossip(mc); err != nil { // key, label, logger
+		return err
+	}
 	if _, err := m.meta.encode(); err != nil {
 		return err
 	}
@@ -198,42 +200,36 @@ func (m *Mesh) startGossip() error {
 	return nil
 }
 
-// adopt installs the voter configuration: from then on this node proposes,
-// and votes when it is one of the voters. It happens once.
-func (m *Mesh) adopt(id uint64, names []string) error {
-	m.setupMu.Lock()
-	defer m.setupMu.Unlock()
-	if m.voters != nil {
-		if m.voters.ID != id {
-			m.log.Error("another voter configuration is in use; keeping ours",
-				"ours", m.voters.Voters, "theirs", names)
-		}
-		return nil
-	}
+// founding is the first configuration of a mesh founded by the given
+// voters: every node started with the same list agrees on it without
+// talking, and it names the mesh for good (see quorum.ClusterID).
+func founding(names []string) quorum.Membership {
 	ids := make([]quorum.NodeID, len(names))
 	for i, n := range names {
 		ids[i] = quorum.NodeID(n)
 	}
-	vs := quorum.NewMembership(id, ids...)
+	return quorum.NewMembership(quorum.ClusterID(ids), ids...)
+}
+
+// setup installs the first voter configuration this node knows: from then
+// on it proposes, and votes when it is one of the voters. It happens once;
+// later configurations come through configChanged.
+func (m *Mesh) setup(vs quorum.Membership) error {
+	m.setupMu.Lock()
+	defer m.setupMu.Unlock()
+	if m.current.Load() != nil {
+		return nil
+	}
 	if err := vs.Validate(); err != nil {
 		return err
 	}
-	timing := m.cfg.Timing
-	timing.TTL = m.cfg.maxTTL()
 	if vs.IsVoter(m.name) {
-		acc, err := quorum.NewAcceptor(quorum.AcceptorConfig{
-			ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
-			MaxTTL: m.cfg.maxTTL(), Quarantine: timing.Quarantine(),
-			CatchUpBuckets: 64, RetryInterval: 2 * m.cfg.roundTimeout(),
-			HandoffGrace: 2 * m.cfg.roundTimeout(),
-		})
+		m.accMu.Lock()
+		err := m.newAcceptor(vs)
+		m.accMu.Unlock()
 		if err != nil {
 			return err
 		}
-		m.accMu.Lock()
-		m.acc = acc
-		m.accMu.Unlock()
-		m.log.Info("voting after a quarantine", "quarantine", timing.Quarantine(), "voters", names)
 	}
 	prop, err := quorum.NewProposer(quorum.ProposerConfig{
 		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
@@ -245,31 +241,18 @@ func (m *Mesh) adopt(id uint64, names []string) error {
 	}
 	m.propMu.Lock()
 	m.prop = prop
+	m.current.Store(&vs)
 	m.propMu.Unlock()
-	m.voters = &vs
 	m.metaMu.Lock()
-	m.meta.Config, m.meta.Voters = id, names
+	m.meta.Config = vs.ID
 	m.metaMu.Unlock()
+	m.log.Info("voter configuration", "version", vs.Version(), "voters", vs.Voters, "pending", vs.Pending)
 	close(m.ready)
 	if m.ml != nil {
 		go m.publishMeta()
 	}
 	m.kickTimer()
 	return nil
-}
-
-// configID names a voter configuration by its voters, so that every node
-// that starts from the same list agrees on it without talking. (Changes of
-// configuration will number theirs.)
-func configID(names []string) uint64 {
-	s := slices.Clone(names)
-	slices.Sort(s)
-	h := fnv.New64a()
-	for _, n := range s {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-	}
-	return h.Sum64() | 1
 }
 
 func (m *Mesh) publishMeta() {
@@ -293,14 +276,16 @@ func (m *Mesh) maybeBootstrap() {
 		return
 	default:
 	}
-	// A configuration announced by a peer wins.
+	// A configuration a peer uses wins: the newest one announced.
 	var names []string
+	var from string
 	var id uint64
 	expecting := 0
 	for _, p := range m.book.snapshot() {
-		if p.meta.Config != 0 && len(p.meta.Voters) > 0 {
-			id, names = p.meta.Config, p.meta.Voters
-			break
+		if p.meta.Config != 0 && p.state == "alive" {
+			if c, n := (quorum.Membership{ID: p.meta.Config}), (quorum.Membership{ID: id}); id == 0 || n.Newer(c) {
+				id, from = p.meta.Config, p.name
+			}
 		}
 		if m.cfg.BootstrapExpect > 0 && p.meta.Expect == m.cfg.BootstrapExpect && p.state == "alive" {
 			expecting++
@@ -308,8 +293,15 @@ func (m *Mesh) maybeBootstrap() {
 		}
 	}
 	if id != 0 {
-		if err := m.adopt(id, names); err != nil {
-			m.log.Error("cannot adopt the voter configuration", "voters", names, "error", err)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
+		defer cancel()
+		vs, err := m.fetchConfig(ctx, from)
+		if err != nil {
+			m.log.Debug("fetching the voter configuration", "peer", from, "error", err)
+			return // asked again at the next gossip update
+		}
+		if err := m.setup(vs); err != nil {
+			m.log.Error("cannot adopt the voter configuration", "voters", vs.Voters, "error", err)
 		}
 		return
 	}
@@ -323,7 +315,7 @@ func (m *Mesh) maybeBootstrap() {
 	case expecting == m.cfg.BootstrapExpect:
 		slices.Sort(names)
 		m.log.Info("bootstrapping the voter configuration", "voters", names)
-		if err := m.adopt(configID(names), names); err != nil {
+		if err := m.setup(founding(names)); err != nil {
 			m.log.Error("cannot bootstrap", "error", err)
 		}
 	}

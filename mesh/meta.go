@@ -13,10 +13,12 @@ type nodeMeta struct {
 	RPC string `codec:"rpc"`
 	// Expect is the node's BootstrapExpect (0: not bootstrapping).
 	Expect int `codec:"be,omitempty"`
-	// Config and Voters are the voter configuration the node uses, once
-	// it has one.
-	Config uint64   `codec:"cid,omitempty"`
-	Voters []string `codec:"cv,omitempty"`
+	// Config is the id of the voter configuration the node uses, once it
+	// has one; a node that sees a newer one fetches it from this node.
+	Config uint64 `codec:"cid,omitempty"`
+	// Inc is the node's incarnation (a new one at every start): the one a
+	// voter change records when it adds this node.
+	Inc uint64 `codec:"inc,omitempty"`
 }
 
 func (m nodeMeta) encode() ([]byte, error) {
@@ -41,9 +43,6 @@ func decodeMeta(b []byte) (nodeMeta, error) {
 	}
 	if err := codec.NewDecoderBytes(b, msgpackHandle).Decode(&m); err != nil {
 		return m, fmt.Errorf("%w: node metadata: %v", errMalformed, err)
-	}
-	if len(m.Voters) > maxVoters {
-		return m, fmt.Errorf("%w: node metadata lists %d voters", errMalformed, len(m.Voters))
 	}
 	return m, nil
 }

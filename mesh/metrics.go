@@ -36,6 +36,10 @@ func (m *Mesh) measure(name string, start time.Time) {
 	m.met.MeasureSinceWithLabels([]string{name, "latency"}, start, m.labels())
 }
 
+func (m *Mesh) gauge(name string, v float32) {
+	m.met.SetGaugeWithLabels([]string{name}, v, m.labels())
+}
+
 // gaugeLeases reports how many leases this node holds (propMu held).
 func (m *Mesh) gaugeLeases() {
 	m.met.SetGaugeWithLabels([]string{"leases", "held"}, float32(len(m.leases)), m.labels())

@@ -13,9 +13,10 @@ type Status struct {
 	// Members are the nodes gossip knows, this one included.
 	Members []Member
 	// Voters is the voter configuration (empty until it formed) and
-	// ConfigID its identifier.
+	// ConfigID its identifier; Config has the rest of it.
 	Voters   []string
 	ConfigID uint64
+	Config   Configuration
 	// Voting is this node's acceptor state: "" (not a voter),
 	// "quarantined", "catching up" or "live".
 	Voting string
@@ -40,15 +41,11 @@ type Member struct {
 // Status returns a snapshot of the node.
 func (m *Mesh) Status() Status {
 	st := Status{Name: m.cfg.Name, RPCAddr: m.tr.Addr()}
-	m.setupMu.Lock()
-	if m.voters != nil {
-		st.ConfigID = m.voters.ID
-		for _, v := range m.voters.Voters {
-			st.Voters = append(st.Voters, string(v))
-		}
+	voters := m.current.Load()
+	if voters != nil {
+		st.Config = configuration(*voters)
+		st.ConfigID, st.Voters = st.Config.ID, st.Config.Voters
 	}
-	voters := m.voters
-	m.setupMu.Unlock()
 	st.Addr = m.Addr()
 	for _, p := range m.book.snapshot() {
 		st.Members = append(st.Members, Member{
@@ -61,7 +58,9 @@ func (m *Mesh) Status() Status {
 	}
 	m.accMu.Lock()
 	if m.acc != nil {
-		st.Voting = m.acc.State().String()
+		if voters != nil && voters.IsVoter(m.name) { // a removed voter keeps its acceptor, to answer
+			st.Voting = m.acc.State().String()
+		}
 		st.Acceptor = m.acc.Stats()
 	}
 	m.accMu.Unlock()

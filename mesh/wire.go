@@ -86,19 +86,51 @@ func (e *encoder) ballot(b quorum.Ballot) {
 	e.str(string(b.Node))
 }
 
+// value encodes v; the configuration register's value has a seventh field.
 func (e *encoder) value(v quorum.Value) {
-	e.array(6)
+	if v.Config != nil {
+		e.array(7)
+	} else {
+		e.array(6)
+	}
 	e.bool(v.Held)
 	e.str(string(v.Holder))
 	e.uint(v.HolderInc)
 	e.uint(v.Epoch)
 	e.duration(v.TTL)
 	e.ballot(v.Lease)
+	if v.Config != nil {
+		e.membership(v.Config)
+	}
+}
+
+func (e *encoder) names(ns []quorum.NodeID) {
+	e.array(len(ns))
+	for _, n := range ns {
+		e.str(string(n))
+	}
+}
+
+// membership encodes a voter configuration.
+func (e *encoder) membership(m *quorum.Membership) {
+	e.array(6)
+	e.uint(m.ID)
+	e.names(m.Voters)
+	e.names(m.Retired)
+	e.bool(m.Pending)
+	e.names(m.Prev)
+	e.array(len(m.Joined))
+	for _, j := range m.Joined {
+		e.array(2)
+		e.str(string(j.ID))
+		e.uint(j.Inc)
+	}
 }
 
 const (
-	flagWatch  = 1
-	flagIfFree = 2
+	flagWatch   = 1
+	flagIfFree  = 2
+	flagMigrate = 4
 )
 
 func encodeRequest(r *quorum.Request) []byte {
@@ -126,6 +158,9 @@ func encodeRequest(r *quorum.Request) []byte {
 		if op.IfFree {
 			flags |= flagIfFree
 		}
+		if op.Migrate {
+			flags |= flagMigrate
+		}
 		e.uint(flags)
 	}
 	return e.b
@@ -134,7 +169,11 @@ func encodeRequest(r *quorum.Request) []byte {
 func encodeResponse(r *quorum.Response) []byte {
 	e := encoder{b: make([]byte, 0, 64+64*len(r.Results))}
 	e.b = append(e.b, kindResponse)
-	e.array(5)
+	if r.Members != nil {
+		e.array(6) // the acceptor's configuration follows the results
+	} else {
+		e.array(5)
+	}
 	e.uint(r.Config)
 	e.str(string(r.From))
 	e.uint(r.Inc)
@@ -152,6 +191,9 @@ func encodeResponse(r *quorum.Response) []byte {
 		e.duration(res.Remaining)
 		e.uint(res.MaxEpoch)
 		e.uint(0) // reserved
+	}
+	if r.Members != nil {
+		e.membership(r.Members)
 	}
 	return e.b
 }
@@ -243,8 +285,11 @@ func (d *decoder) array(want, limit int) int {
 	case want >= 0 && n != want:
 		d.fail("array of %d where %d was expected", n, want)
 		return 0
-	case want < 0 && (n > limit || n > len(d.b)):
-		d.fail("array of %d (limit %d, %d bytes left)", n, limit, len(d.b))
+	case want < 0 && n > limit:
+		d.fail("%w: array of %d (limit %d)", errTooManyOps, n, limit)
+		return 0
+	case want < 0 && n > len(d.b):
+		d.fail("array of %d with %d bytes left", n, len(d.b))
 		return 0
 	}
 	return n
@@ -322,6 +367,16 @@ func (d *decoder) str(limit int) string {
 
 const maxNameLen = 255
 
+// key reads a lock key, refusing one longer than limit as errKeyTooLong.
+func (d *decoder) key(limit int) string {
+	s := d.str(len(d.b)) // d.str checks the length against what is left
+	if len(s) > limit {
+		d.fail("%w: key of %d bytes (limit %d)", errKeyTooLong, len(s), limit)
+		return ""
+	}
+	return s
+}
+
 // name reads a node name, reusing one read before in this message.
 func (d *decoder) name() quorum.NodeID {
 	if d.err == nil && len(d.b) > 0 && d.b[0]&0xe0 == 0xa0 {
@@ -349,12 +404,62 @@ func (d *decoder) ballot() quorum.Ballot {
 	return quorum.Ballot{Counter: d.uint(), Incarnation: d.uint(), Node: d.name()}
 }
 
+// fields reads an array header of lo or hi elements.
+func (d *decoder) fields(lo, hi int) int {
+	n := d.array(-1, hi)
+	if d.err == nil && n != lo && n != hi {
+		d.fail("array of %d where %d or %d was expected", n, lo, hi)
+	}
+	return n
+}
+
 func (d *decoder) value() quorum.Value {
-	d.array(6, 0)
-	return quorum.Value{
+	n := d.fields(6, 7)
+	v := quorum.Value{
 		Held: d.bool(), Holder: d.name(), HolderInc: d.uint(),
 		Epoch: d.uint(), TTL: d.duration(), Lease: d.ballot(),
 	}
+	if n == 7 {
+		v.Config = d.membership()
+	}
+	return v
+}
+
+// nodeList reads a list of node names, at most limit.
+func (d *decoder) nodeList(limit int) []quorum.NodeID {
+	n := d.array(-1, limit)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	out := make([]quorum.NodeID, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, d.name())
+	}
+	return out
+}
+
+// maxRetired bounds the removed voters a configuration lists: one per
+// change, and the version counter allows 65535.
+const maxRetired = 1 << 16
+
+func (d *decoder) membership() *quorum.Membership {
+	d.array(6, 0)
+	m := &quorum.Membership{ID: d.uint()}
+	m.Voters = d.nodeList(maxVoters)
+	m.Retired = d.nodeList(maxRetired)
+	m.Pending = d.bool()
+	m.Prev = d.nodeList(maxVoters)
+	n := d.array(-1, maxVoters)
+	for i := 0; i < n && d.err == nil; i++ {
+		d.array(2, 0)
+		m.Joined = append(m.Joined, quorum.Joined{ID: d.name(), Inc: d.uint()})
+	}
+	if d.err == nil {
+		if err := m.Validate(); err != nil {
+			d.fail("%v", err)
+		}
+	}
+	return m
 }
 
 func (d *decoder) done(what string) error {
@@ -372,6 +477,7 @@ func (l limits) decodeRequest(body []byte) (*quorum.Request, error) {
 	d.array(4, 0)
 	r := &quorum.Request{Config: d.uint(), From: d.name(), To: d.name()}
 	n := d.array(-1, l.maxOps)
+	d.fits(n, minOpBytes)
 	if d.err == nil {
 		r.Ops = make([]quorum.Op, n)
 	}
@@ -380,13 +486,13 @@ func (l limits) decodeRequest(body []byte) (*quorum.Request, error) {
 		d.array(8, 0)
 		op.ID = d.uint()
 		op.Kind = quorum.OpKind(d.uint())
-		op.Key = d.str(l.maxKeyLen)
+		op.Key = d.key(l.maxKeyLen)
 		op.Ballot = d.ballot()
 		op.Inc = d.uint()
 		op.Value = d.value()
 		op.Next = d.ballot()
 		flags := d.uint()
-		op.Watch, op.IfFree = flags&flagWatch != 0, flags&flagIfFree != 0
+		op.Watch, op.IfFree, op.Migrate = flags&flagWatch != 0, flags&flagIfFree != 0, flags&flagMigrate != 0
 	}
 	if err := d.done("request"); err != nil {
 		return nil, err
@@ -402,9 +508,10 @@ func (l limits) decodeResponse(body []byte) (*quorum.Response, error) {
 		return nil, fmt.Errorf("%w: not a response", errMalformed)
 	}
 	d := decoder{b: body[1:]}
-	d.array(5, 0)
+	fields := d.fields(5, 6)
 	r := &quorum.Response{Config: d.uint(), From: d.name(), Inc: d.uint(), Status: quorum.Status(d.uint())}
 	n := d.array(-1, l.maxOps)
+	d.fits(n, minResultBytes)
 	if d.err == nil {
 		r.Results = make([]quorum.Result, n)
 	}
@@ -420,6 +527,9 @@ func (l limits) decodeResponse(body []byte) (*quorum.Response, error) {
 		res.Remaining = d.duration()
 		res.MaxEpoch = d.uint()
 		d.uint() // reserved
+	}
+	if fields == 6 {
+		r.Members = d.membership()
 	}
 	if err := d.done("response"); err != nil {
 		return nil, err
@@ -439,7 +549,7 @@ func (l limits) decodeNotify(body []byte) (*quorum.Notify, error) {
 	n := &quorum.Notify{Config: d.uint(), From: d.name(), To: d.name()}
 	k := d.array(-1, l.maxKeys)
 	for i := 0; i < k && d.err == nil; i++ {
-		n.Keys = append(n.Keys, d.str(l.maxKeyLen))
+		n.Keys = append(n.Keys, d.key(l.maxKeyLen))
 	}
 	k = d.array(-1, l.maxKeys)
 	for i := 0; i < k && d.err == nil; i++ {

@@ -338,6 +338,16 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	// The timer belongs to a grant (holder and epoch), not to a write.
 	same := r.hasTimer && r.value.sameGrant(v)
 	switch {
+	case v.Held && op.Migrate:
+		// Carried into a new configuration: time it from now for a full
+		// TTL, which ends after any timer of the grant elsewhere (each
+		// started before this accept), so that a majority of the new
+		// configuration protects a lease granted under the old one.
+		end := now + v.TTL
+		if !same || end > r.until {
+			r.until = end
+		}
+		r.hasTimer = true
 	case same && r.accepted == op.Ballot:
 		// A duplicate of an accept already taken: the timer stands as it
 		// started.
@@ -353,10 +363,6 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		// A write-back of the grant this acceptor already times (perhaps
 		// of a later renewal it missed): keep the timer. Dropping it would
 		// leave the grant's accept majority one timer short.
-	case v.Held && op.Migrate:
-		// Carried into a new configuration: time it from now, for a full
-		// TTL (longer than what is left of it anywhere else).
-		r.until, r.hasTimer = now+v.TTL, true
 	default:
 		// Free, or a grant this acceptor never accepted fresh. (A grant
 		// of a later epoch is chosen only once no earlier lease is live,
@@ -376,13 +382,9 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	if len(r.watchers) > 0 && !v.Held {
 		a.wake(op.Key, r, now)
 	}
-	res := Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
-	if v.Config != nil && a.m.Newer(*v.Config) {
-		// The new configuration takes effect here the moment it is
-		// accepted here; the rest of this request was of the old one.
-		a.adopt(*v.Config)
-	}
-	return res
+	// A configuration accepted here is not yet chosen: it takes effect
+	// only when its proposer, having seen it chosen, pushes it (Adopt).
+	return Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
 }
 
 func (a *Acceptor) register(key string) *register {
@@ -394,18 +396,15 @@ func (a *Acceptor) register(key string) *register {
 	return r
 }
 
-// HandleConfigPush adopts the configuration a proposer sends if it is of
-// this acceptor's cluster and newer: a voter that missed a change (it was
-// cut off while it was decided) learns it this way.
-func (a *Acceptor) HandleConfigPush(p *ConfigPush) {
-	if a.m.Newer(p.Members) && p.Members.Validate() == nil {
-		a.adopt(p.Members)
+// Adopt switches to m if it is a newer configuration of this acceptor's
+// cluster, and reports whether it did. Only a chosen configuration may be
+// adopted: the one a proposer saw chosen and pushes (ConfigPush), or one
+// that another node adopted already. A voter removed from it votes no more
+// (StatusNotVoter); one still catching up starts again with the new voters.
+func (a *Acceptor) Adopt(m Membership) bool {
+	if !a.m.Newer(m) || m.Validate() != nil {
+		return false
 	}
-}
-
-// adopt switches to a newer configuration. A voter removed from it votes
-// no more; one still catching up starts again with the new voters.
-func (a *Acceptor) adopt(m Membership) {
 	a.m = m.clone()
 	a.stats.ConfigChanges++
 	if a.state == CatchingUp {
@@ -414,6 +413,7 @@ func (a *Acceptor) adopt(m Membership) {
 		a.startedAt = a.clock.Now() - a.cfg.Quarantine // quarantine served already
 		a.maybeEndQuarantine()
 	}
+	return true
 }
 
 // Tick advances the acceptor's timers: the end of quarantine, catch-up

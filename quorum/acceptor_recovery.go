@@ -1,6 +1,8 @@
 package quorum
 
 import (
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -11,14 +13,17 @@ import (
 //     before has ended, measured on its own clock.
 //  2. Catch-up: it asks every other voter for its registers, bucket by
 //     bucket, and keeps for each key the highest promise, the value of the
-//     highest accepted ballot and the highest epoch. It goes live once a
-//     majority of the configuration (counting others only) has answered in
-//     full: every accept majority of its earlier life, less itself, meets
-//     that set, so nothing it had accepted is lost.
+//     highest accepted ballot and the highest epoch. It goes live once so
+//     many others have answered in full that every accept majority of its
+//     earlier life, less itself, meets them: of n voters with majority q,
+//     n-q+1 others (a majority when n is odd). While a change is pending
+//     this must hold for the voters before the change too, so the removed
+//     voter, if it still answers, is asked as well.
 //
 // If so many voters are recovering at once that no such set exists, the state
-// of a majority is gone for good; the acceptor then goes live on what it
-// could learn, and epochs rest on the wall-clock floor (FloorOnly).
+// of a majority is gone for good; once every voter has answered, the
+// acceptor then goes live on what it could learn, and epochs rest on the
+// wall-clock floor (FloorOnly).
 
 // catchUp tracks a recovering acceptor's transfer from each other voter.
 type catchUp struct {
@@ -57,6 +62,13 @@ func (a *Acceptor) maybeEndQuarantine() {
 			a.catchUp.ask(p, now)
 		}
 	}
+	for _, v := range a.m.Prev {
+		if v != a.cfg.ID && !a.m.IsVoter(v) {
+			p := &peerCatchUp{id: v}
+			a.catchUp.peers = append(a.catchUp.peers, p)
+			a.catchUp.ask(p, now)
+		}
+	}
 	a.maybeGoLive()
 }
 
@@ -90,10 +102,13 @@ func (c *catchUp) next(retry time.Duration) (time.Duration, bool) {
 // HandleCatchUp answers another voter's catch-up request with one bucket of
 // this acceptor's registers. Only a live acceptor answers with data.
 func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
-	resp := &CatchUpResponse{Config: a.m.ID, From: a.cfg.ID, To: req.From, Inc: a.cfg.Incarnation, Bucket: req.Bucket}
+	resp := &CatchUpResponse{Config: a.m.ID, From: a.cfg.ID, To: req.From, Inc: a.cfg.Incarnation,
+		Bucket: req.Bucket, List: req.List}
 	if req.Config != a.m.ID {
 		a.stats.WrongConfig++
 		resp.Status = StatusWrongConfig
+		m := a.m.clone()
+		resp.Members = &m
 		return resp
 	}
 	a.maybeEndQuarantine()
@@ -109,15 +124,32 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		if bucketOf(key, req.Buckets) != req.Bucket {
 			continue
 		}
+		if req.List {
+			if !r.accepted.IsZero() {
+				resp.Entries = append(resp.Entries, Entry{Key: key})
+			}
+			continue
+		}
 		resp.Entries = append(resp.Entries, Entry{
 			Key: key, Promise: r.promise, Accepted: r.accepted, Value: r.value, MaxEpoch: r.maxEpoch,
 		})
+	}
+	if req.List {
+		// Listed in a reproducible order, for the simulator.
+		slices.SortFunc(resp.Entries, func(x, y Entry) int { return strings.Compare(x.Key, y.Key) })
 	}
 	return resp
 }
 
 // HandleCatchUpResponse merges one bucket from another voter.
 func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
+	if resp.Status == StatusWrongConfig && resp.Members != nil {
+		// The other voter is of a newer configuration: it has adopted
+		// one that was chosen, so this acceptor may too (and then asks
+		// the new voters). An older one learns ours from its proposers.
+		a.Adopt(*resp.Members)
+		return
+	}
 	if a.state != CatchingUp || resp.Config != a.m.ID {
 		return
 	}
@@ -172,19 +204,39 @@ func (a *Acceptor) merge(e *Entry) {
 }
 
 func (a *Acceptor) maybeGoLive() {
-	done, recovering := 0, 1 // this acceptor is recovering too
+	// enough reports whether the others done meet every majority of
+	// voters that this acceptor may have been part of.
+	enough := func(voters []NodeID) bool {
+		if !slices.Contains(voters, a.cfg.ID) {
+			return true // it was not a voter there
+		}
+		done := 0
+		for _, p := range a.catchUp.peers {
+			if p.done && slices.Contains(voters, p.id) {
+				done++
+			}
+		}
+		n := len(voters)
+		return done >= n-(n/2+1)+1
+	}
+	recovering, answered := 1, 1 // this acceptor is recovering too
 	for _, p := range a.catchUp.peers {
 		switch {
 		case p.done:
-			done++
+			answered++
 		case p.recovering:
 			recovering++
+			answered++
 		}
 	}
-	need := a.m.Majority()
 	switch {
-	case done >= need:
-	case recovering >= need:
+	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev)):
+	case recovering >= a.m.Majority() && answered == len(a.catchUp.peers)+1:
+		// Every voter answered and a majority of them lost their state:
+		// a full restart. (Waiting for every voter, not only a majority,
+		// keeps a majority of an old configuration's voters, restarted
+		// with it, from taking itself for the mesh: a current voter
+		// among them tells them the newer configuration instead.)
 		a.floorOnly = true
 	default:
 		return

@@ -616,29 +616,97 @@ func TestAcceptorGoesLiveFloorOnlyWhenMajorityRecovering(t *testing.T) {
 			t.Fatalf("state %v floorOnly %v, want live on the floor only", f.a.State(), f.a.FloorOnly())
 		}
 	})
-	t.Run("3 voters: one other recovering is already a majority with this one", func(t *testing.T) {
+	t.Run("3 voters: a majority recovering waits for every voter to answer", func(t *testing.T) {
 		// a and b both lost their state: no set of two voters that a and
-		// b both need can answer in full, so waiting for c would be for
-		// ever.
+		// b both need can answer in full. But c, not heard yet, may be of
+		// a newer configuration that a and b missed (they restarted with
+		// an old voter list): only once c answers is this a full restart.
 		f := newAccFixture(t)
 		f.clock.advance(accQuarantine)
 		f.a.Tick()
 		recovering(f, "b")
+		if f.a.State() != CatchingUp {
+			t.Fatalf("state %v before c answered, want still catching up", f.a.State())
+		}
+		doneFrom(f, "c")
 		if f.a.State() != Live || !f.a.FloorOnly() {
 			t.Fatalf("state %v floorOnly %v, want live on the floor only", f.a.State(), f.a.FloorOnly())
 		}
 	})
-	t.Run("5 voters: two others recovering", func(t *testing.T) {
+	t.Run("5 voters: a majority recovering, every voter answered", func(t *testing.T) {
 		f := newAccFixture(t, "a", "b", "c", "d", "e")
 		f.clock.advance(accQuarantine)
 		f.a.Tick()
 		recovering(f, "b")
+		recovering(f, "d")
+		doneFrom(f, "e")
 		if f.a.State() != CatchingUp {
-			t.Fatalf("state %v with 2 of 5 recovering, want still catching up", f.a.State())
+			t.Fatalf("state %v before c answered, want still catching up", f.a.State())
 		}
-		recovering(f, "c")
+		doneFrom(f, "c")
 		if f.a.State() != Live || !f.a.FloorOnly() {
 			t.Fatalf("state %v floorOnly %v, want live on the floor only", f.a.State(), f.a.FloorOnly())
+		}
+	})
+	t.Run("an answer of a newer configuration is adopted instead", func(t *testing.T) {
+		f := newAccFixture(t)
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		recovering(f, "b")
+		newer := f.m.Next([]NodeID{"a", "b", "c", "d"}, true, 0)
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: newer.ID, From: "c", To: "a", Status: StatusWrongConfig, Members: &newer})
+		if !f.a.Membership().Equal(newer) || f.a.State() != CatchingUp {
+			t.Fatalf("configuration %v state %v, want the newer one and a fresh catch-up", f.a.Membership(), f.a.State())
+		}
+	})
+}
+
+// doneFrom answers every bucket of a's catch-up from peer, empty.
+func doneFrom(f *accFixture, peer NodeID) {
+	for b := uint32(0); b < 2; b++ {
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.a.Membership().ID, From: peer, To: "a", Inc: 1, Status: StatusOK, Bucket: b})
+	}
+}
+
+// How many others a restarted voter must catch up from: of n voters with
+// majority q, n-q+1 (every accept majority less itself meets that many);
+// while a change is pending, that many of the voters before it too, the
+// removed one counting.
+func TestAcceptorCatchUpNeeds(t *testing.T) {
+	t.Run("4 voters: two others", func(t *testing.T) {
+		f := newAccFixture(t, "a", "b", "c", "d")
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		doneFrom(f, "b")
+		if f.a.State() == Live {
+			t.Fatal("live after one other of four")
+		}
+		doneFrom(f, "c")
+		if f.a.State() != Live || f.a.FloorOnly() {
+			t.Fatalf("state %v floorOnly %v after two others of four, want live", f.a.State(), f.a.FloorOnly())
+		}
+	})
+	t.Run("pending removal: the removed voter counts for the old voters", func(t *testing.T) {
+		old := NewMembership(7, "a", "b", "c", "d", "e")
+		cur := old.Next([]NodeID{"a", "b", "c", "d"}, true, 0)
+		f := newAccFixtureOf(t, "a", cur)
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		asked := map[NodeID]bool{}
+		for _, req := range f.a.Ready().CatchUps {
+			asked[req.To] = true
+		}
+		if !asked["e"] {
+			t.Fatalf("the removed voter e was not asked: %v", asked)
+		}
+		doneFrom(f, "b")
+		doneFrom(f, "c")
+		if f.a.State() == Live {
+			t.Fatal("live on two others: enough for the four new voters, not for the five old ones")
+		}
+		doneFrom(f, "e")
+		if f.a.State() != Live {
+			t.Fatalf("state %v after three of the old voters and two of the new, want live", f.a.State())
 		}
 	})
 }

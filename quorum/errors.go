@@ -16,4 +16,6 @@ var (
 	ErrBusy = errors.New("quorum: operation already in progress")
 	// ErrNotHeld: this node holds no lease with that key and epoch.
 	ErrNotHeld = errors.New("quorum: lease not held")
+	// ErrBadChange: a voter change that is not allowed.
+	ErrBadChange = errors.New("quorum: bad voter change")
 )

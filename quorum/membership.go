@@ -25,8 +25,22 @@ type Membership struct {
 	Retired []NodeID `codec:"r,omitempty"`
 	// Pending is set while a change is being settled: every key is being
 	// written again under this configuration before the next change may
-	// start (see ChangeVoters).
-	Pending bool `codec:"p,omitempty"`
+	// start (see Proposer.ChangeVoters). Prev is then the voters of the
+	// configuration before the change.
+	Pending bool     `codec:"p,omitempty"`
+	Prev    []NodeID `codec:"pv,omitempty"`
+	// Joined lists voters that a change added, each with the incarnation
+	// that was running when it was added. That incarnation never voted
+	// before (a voter's name is never reused), so it may vote at once with
+	// an empty state; any later incarnation of it has forgotten what it
+	// voted and must wait out its quarantine and catch up.
+	Joined []Joined `codec:"j,omitempty"`
+}
+
+// Joined names a voter added by a change and the incarnation added.
+type Joined struct {
+	ID  NodeID `codec:"id"`
+	Inc uint64 `codec:"inc"`
 }
 
 // versionBits is how much of an ID is the version.
@@ -58,8 +72,10 @@ func (m Membership) Newer(o Membership) bool {
 	return o.Cluster() == m.Cluster() && o.Version() > m.Version()
 }
 
-// Next returns the configuration that follows m, with the given voters.
-func (m Membership) Next(voters []NodeID, pending bool) Membership {
+// Next returns the configuration that follows m, with the given voters; a
+// pending one remembers m's voters as Prev. A voter that is not among
+// m's is recorded as joined with incarnation inc.
+func (m Membership) Next(voters []NodeID, pending bool, inc uint64) Membership {
 	n := NewMembership(m.ID+1, voters...)
 	n.Retired = slices.Clone(m.Retired)
 	for _, v := range m.Voters {
@@ -67,15 +83,63 @@ func (m Membership) Next(voters []NodeID, pending bool) Membership {
 			n.Retired = append(n.Retired, v)
 		}
 	}
-	n.Pending = pending
+	for _, j := range m.Joined {
+		if n.IsVoter(j.ID) {
+			n.Joined = append(n.Joined, j)
+		}
+	}
+	for _, v := range n.Voters {
+		if !m.IsVoter(v) && inc != 0 {
+			n.Joined = append(n.Joined, Joined{ID: v, Inc: inc})
+		}
+	}
+	if pending {
+		n.Pending, n.Prev = true, slices.Clone(m.Voters)
+	}
 	return n
+}
+
+// JoinedAs reports the incarnation with which a change added voter id, if
+// a change added it.
+func (m Membership) JoinedAs(id NodeID) (uint64, bool) {
+	for _, j := range m.Joined {
+		if j.ID == id {
+			return j.Inc, true
+		}
+	}
+	return 0, false
+}
+
+// Equal reports whether m and o are the same configuration.
+func (m Membership) Equal(o Membership) bool {
+	return m.ID == o.ID && slices.Equal(m.Voters, o.Voters) && m.Pending == o.Pending &&
+		slices.Equal(m.Prev, o.Prev) && slices.Equal(m.Retired, o.Retired) && slices.Equal(m.Joined, o.Joined)
 }
 
 // clone copies m, so that a round keeps the configuration it started in.
 func (m Membership) clone() Membership {
 	m.Voters = slices.Clone(m.Voters)
 	m.Retired = slices.Clone(m.Retired)
+	m.Prev = slices.Clone(m.Prev)
+	m.Joined = slices.Clone(m.Joined)
 	return m
+}
+
+// oneChange reports whether a and b differ by at most one voter: then every
+// majority of one meets every majority of the other.
+func oneChange(a, b []NodeID) bool {
+	diff := 0
+	for _, v := range a {
+		if !slices.Contains(b, v) {
+			diff++
+		}
+	}
+	for _, v := range b {
+		if !slices.Contains(a, v) {
+			diff++
+		}
+	}
+	return diff <= 1
 }
 
 // NewMembership returns a configuration of the given voters, sorted.
@@ -109,6 +173,17 @@ func (m Membership) Validate() error {
 	if m.Version() == 0 {
 		return fmt.Errorf("%w: configuration version 0 is reserved", ErrBadMembership)
 	}
+	if m.Pending != (len(m.Prev) > 0) {
+		return fmt.Errorf("%w: a pending configuration, and only one, names the voters before it", ErrBadMembership)
+	}
+	if m.Pending && !oneChange(m.Prev, m.Voters) {
+		return fmt.Errorf("%w: voters %v and %v differ by more than one", ErrBadMembership, m.Prev, m.Voters)
+	}
+	for _, j := range m.Joined {
+		if !m.IsVoter(j.ID) || j.Inc == 0 {
+			return fmt.Errorf("%w: joined voter %q (incarnation %d) is not a voter", ErrBadMembership, j.ID, j.Inc)
+		}
+	}
 	return nil
 }
 
@@ -130,9 +205,9 @@ func (m Membership) index(id NodeID) int {
 // tally counts answers by distinct voter, never by message: a duplicated
 // reply, or one from a node outside the configuration, adds nothing.
 type tally struct {
-	m    *Membership
-	yes  uint64 // bit i: voter i said yes
-	no   uint64 // bit i: voter i said no
+	m    Membership // the round's configuration, as it was when it began
+	yes  uint64     // bit i: voter i said yes
+	no   uint64     // bit i: voter i said no
 	nyes int
 	nno  int
 	// refusedByRival: some refusal came from another proposer's ballot or
@@ -143,7 +218,7 @@ type tally struct {
 	extra     map[int]bool // for configurations of more than 64 voters
 }
 
-func newTally(m *Membership) tally { return tally{m: m} }
+func newTally(m Membership) tally { return tally{m: m} }
 
 // add records voter id's answer; it returns false when id is not a voter or
 // has already answered.

@@ -135,6 +135,32 @@ type Response struct {
 	Members *Membership `codec:"m,omitempty"`
 }
 
+// NoAcceptorResponse answers a request on behalf of a node that has no
+// acceptor (it is not a voter, or has not yet learned that it is one),
+// telling the sender the configuration the node knows of.
+func NoAcceptorResponse(m Membership, id NodeID, inc uint64, req *Request) *Response {
+	resp := &Response{Config: m.ID, From: id, Inc: inc, Status: StatusWrongConfig}
+	if req.Config == m.ID {
+		resp.Status = StatusNotVoter
+	}
+	c := m.clone()
+	resp.Members = &c
+	return resp
+}
+
+// NoAcceptorCatchUp answers a catch-up or key listing on behalf of a node
+// that has no acceptor, like NoAcceptorResponse.
+func NoAcceptorCatchUp(m Membership, id NodeID, inc uint64, req *CatchUpRequest) *CatchUpResponse {
+	resp := &CatchUpResponse{Config: m.ID, From: id, To: req.From, Inc: inc, Bucket: req.Bucket,
+		List: req.List, Status: StatusWrongConfig}
+	if req.Config == m.ID {
+		resp.Status = StatusNotVoter
+	}
+	c := m.clone()
+	resp.Members = &c
+	return resp
+}
+
 // ConfigPush brings an acceptor that missed a configuration change up to
 // date. It adopts the configuration only if it is of its cluster and newer.
 type ConfigPush struct {
@@ -182,6 +208,9 @@ type CatchUpRequest struct {
 	To      NodeID `codec:"to"`
 	Bucket  uint32 `codec:"b"`
 	Buckets uint32 `codec:"n"`
+	// List asks only for the keys that have an accepted value (a proposer
+	// moving every key into a new configuration), not the registers.
+	List bool `codec:"l,omitempty"`
 }
 
 // CatchUpResponse carries one bucket of a voter's registers.
@@ -193,6 +222,10 @@ type CatchUpResponse struct {
 	Status  Status  `codec:"s,omitempty"`
 	Bucket  uint32  `codec:"b"`
 	Entries []Entry `codec:"e"`
+	List    bool    `codec:"l,omitempty"`
+	// Members is the responder's configuration when it is not the
+	// request's (StatusWrongConfig).
+	Members *Membership `codec:"m,omitempty"`
 }
 
 // Entry is one register as a catch-up carries it.

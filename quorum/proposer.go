@@ -126,9 +126,15 @@ const (
 	ReadDone
 	// Cancelled: the operation was cancelled and left nothing behind.
 	Cancelled
+	// Reconfigured: a voter change took effect (or had already); Members
+	// is the configuration.
+	Reconfigured
+	// Refused: a voter change that is not allowed; Err says why.
+	Refused
 )
 
-var outcomeNames = [...]string{"?", "granted", "locked", "no quorum", "released", "not held", "read", "cancelled"}
+var outcomeNames = [...]string{"?", "granted", "locked", "no quorum", "released", "not held", "read", "cancelled",
+	"reconfigured", "refused"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -178,6 +184,15 @@ type OpResult struct {
 	// holder, named in Holder and Epoch when known), NoQuorum (a majority
 	// to answer), or nothing (it had not tried yet).
 	Why Outcome
+	// Config is the configuration of the round that decided the outcome
+	// (Quorum are its voters).
+	Config uint64
+	// Members, Moved and Err describe a voter change: the configuration it
+	// ended in, how many keys it moved into the new voters, and why it was
+	// refused.
+	Members *Membership
+	Moved   int
+	Err     error
 	// Attempted lists every epoch an acquire proposed (or a release or
 	// cleanup freed), in order. A history checker needs it: a round whose outcome was never
 	// learned may still have been chosen, and seen by others, before the
@@ -225,6 +240,10 @@ type Ready struct {
 	Requests []Request
 	Results  []OpResult
 	Leases   []LeaseEvent
+	// Pushes bring voters that are behind up to date with this node's
+	// configuration; Lists ask old voters for their keys during a change.
+	Pushes []ConfigPush
+	Lists  []CatchUpRequest
 }
 
 // Proposer is one node's client half of the protocol: it runs acquires,
@@ -258,6 +277,9 @@ type Proposer struct {
 	out     []Request // per voter index
 	results []OpResult
 	events  []LeaseEvent
+	pushes  []ConfigPush
+	lists   []CatchUpRequest
+	chg     *changeOp // the voter change in progress, if any
 
 	stats  ProposerStats
 	faults proposerFaults
@@ -270,11 +292,12 @@ type proposerFaults struct {
 	clockAtGrant  bool            // read the holder's t0 when the grant is confirmed
 	aliveMajority func() []NodeID // take a majority of these instead of the configuration
 	noEpochFloor  bool            // next epoch = highest seen + 1, without the wall-clock floor
+	skipMigration bool            // settle a voter change without moving the keys into it
 }
 
 // ProposerStats counts what a proposer did.
 type ProposerStats struct {
-	Rounds, FastRounds, Conflicts, Timeouts, Granted, Renewed, Lost uint64
+	Rounds, FastRounds, Conflicts, Timeouts, Granted, Renewed, Lost, ConfigChanges uint64
 }
 
 // NewProposer returns a proposer holding no leases.
@@ -296,7 +319,7 @@ func NewProposer(cfg ProposerConfig) (*Proposer, error) {
 	}
 	p := &Proposer{
 		cfg:    cfg,
-		m:      cfg.Membership,
+		m:      cfg.Membership.clone(),
 		clock:  cfg.Clock,
 		rand:   cfg.Rand,
 		keys:   make(map[string]*keyState),
@@ -304,6 +327,9 @@ func NewProposer(cfg ProposerConfig) (*Proposer, error) {
 		ops:    make(map[OpID]*op),
 		incs:   make(map[NodeID]uint64),
 		out:    make([]Request, len(cfg.Membership.Voters)),
+		// Round ids start anywhere: no answer meant for an earlier life
+		// of this node can match a round of this one.
+		nextRID: uint64(cfg.Rand.Int63()),
 	}
 	return p, nil
 }
@@ -317,7 +343,7 @@ func (p *Proposer) Membership() Membership { return p.m }
 // Acquire starts taking key. The result comes through Ready: Granted,
 // Locked (only without Wait), NoQuorum or Cancelled.
 func (p *Proposer) Acquire(key string, o AcquireOptions) (OpID, error) {
-	if key == "" {
+	if key == "" || key[0] == 0 {
 		return 0, ErrBadKey
 	}
 	if err := o.validate(p.cfg.RoundTimeout); err != nil {
@@ -438,12 +464,14 @@ func (p *Proposer) Ready() Ready {
 	}
 	rd.Results, p.results = p.results, nil
 	rd.Leases, p.events = p.events, nil
+	rd.Pushes, p.pushes = p.pushes, nil
+	rd.Lists, p.lists = p.lists, nil
 	return rd
 }
 
 // HasReady reports whether Ready has anything.
 func (p *Proposer) HasReady() bool {
-	if len(p.results) > 0 || len(p.events) > 0 {
+	if len(p.results) > 0 || len(p.events) > 0 || len(p.pushes) > 0 || len(p.lists) > 0 {
 		return true
 	}
 	for i := range p.out {
@@ -557,7 +585,10 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		// is not known, whatever else was seen.
 		r.Unknown = true
 	}
-	if x.kind != kindRenew {
+	if x.parent != nil {
+		// A step of a voter change: the change reports, not the step.
+		p.changeStep(x.parent, x, r)
+	} else if x.kind != kindRenew {
 		r.ID, r.Key, r.Started = x.id, ks.key, x.started
 		if r.RoundStarted == 0 {
 			r.RoundStarted = x.roundStart

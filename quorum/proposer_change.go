@@ -84,6 +84,29 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		}
 		return Value{Epoch: base.Epoch}, OpResult{}, true
 
+	case kindMigrate:
+		if !base.Held && base.Epoch == 0 && base.Config == nil {
+			return Value{}, OpResult{Outcome: ReadDone}, false // nothing was ever chosen
+		}
+		return base, OpResult{}, true
+
+	case kindConfig:
+		cur := p.m
+		if base.Config != nil {
+			cur = *base.Config
+		}
+		switch {
+		case cur.Equal(*x.cfgWrite):
+			// An earlier round of this very write got there: write it
+			// back, so that it is chosen before it is reported.
+			return base, OpResult{}, true
+		case cur.ID != x.cfgExpect:
+			// Someone else changed the configuration first.
+			return Value{}, OpResult{Outcome: Locked}, false
+		}
+		w := x.cfgWrite.clone()
+		return Value{Config: &w}, OpResult{}, true
+
 	case kindRead:
 		chosen := len(replies) > 0
 		live := false

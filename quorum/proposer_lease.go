@@ -214,6 +214,7 @@ const (
 	timerWake
 	timerRenew
 	timerNotice
+	timerChange
 )
 
 type timer struct {
@@ -231,6 +232,8 @@ func (t *timer) stale(p *Proposer) bool {
 		return t.op.timerGen != t.gen || t.op.phase == phaseDone
 	case t.kind == timerRenew:
 		return t.gen != p.renewGen
+	case t.kind == timerChange:
+		return p.chg == nil || t.gen != p.chg.gen
 	}
 	return t.ks.lease == nil || t.ks.lease.gen != t.gen
 }
@@ -255,6 +258,8 @@ func (t *timer) fire(p *Proposer, now time.Duration) {
 		p.renewDue(now)
 	case timerNotice:
 		p.noticeDue(t.ks, now)
+	case timerChange:
+		p.changeTimer(p.chg, now)
 	}
 }
 

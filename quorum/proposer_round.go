@@ -16,6 +16,11 @@ const (
 	// stands for (a cancelled acquire, an outcome never learned, a renewal
 	// that landed after its lease was reported lost).
 	kindCleanup
+	// kindConfig writes ConfigKey, compare-and-set on the configuration
+	// read; kindMigrate writes a key again under a new configuration. Both
+	// are steps of a voter change.
+	kindConfig
+	kindMigrate
 )
 
 type phase uint8
@@ -99,6 +104,9 @@ type op struct {
 	// lastFailure is why the last attempt did not succeed: Locked or
 	// NoQuorum (for a cancelled acquire's result).
 	lastFailure Outcome
+	parent      *changeOp   // the voter change this is a step of
+	cfgExpect   uint64      // kindConfig: the configuration the register must hold
+	cfgWrite    *Membership // kindConfig: what to write there
 }
 
 type reply struct {
@@ -202,11 +210,11 @@ func (p *Proposer) newRound(x *op) {
 // quorumOf is the configuration whose majority decides: always the voter
 // configuration, except under the test-only fault that counts the nodes
 // gossip believes alive.
-func (p *Proposer) quorumOf() *Membership {
+func (p *Proposer) quorumOf() Membership {
 	if f := p.faults.aliveMajority; f != nil {
-		return &Membership{ID: p.m.ID, Voters: f()}
+		return Membership{ID: p.m.ID, Voters: f()}
 	}
-	return &p.m
+	return p.m
 }
 
 func (p *Proposer) push(voter int, o Op) {
@@ -223,7 +231,7 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs map[NodeID]uint64) {
 	now := p.clock.Now()
 	x.phase = phaseAccept
 	x.proposed = v
-	if x.kind != kindRead && x.kind != kindRenew && x.repair == nil {
+	if x.parent == nil && x.kind != kindRead && x.kind != kindRenew && x.repair == nil {
 		if !slices.Contains(x.attempted, v.Epoch) {
 			x.attempted = append(x.attempted, v.Epoch)
 			x.attemptedAt = append(x.attemptedAt, x.roundStart)
@@ -248,13 +256,17 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs map[NodeID]uint64) {
 		if inc == 0 {
 			continue // never heard from: no promise could count
 		}
-		p.push(i, Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: v, Next: x.next})
+		p.push(i, Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: v, Next: x.next,
+			Migrate: x.kind == kindMigrate})
 	}
 	x.unknown, x.wrote = true, true
 }
 
 // Step takes an acceptor's response.
 func (p *Proposer) Step(resp *Response) {
+	if resp.Members != nil && (resp.Status == StatusWrongConfig || resp.Status == StatusNotVoter) {
+		p.learn(resp.From, *resp.Members)
+	}
 	if resp.Config != p.m.ID {
 		return
 	}
@@ -518,7 +530,7 @@ func (p *Proposer) accepted(x *op) {
 	if x.next.Counter > ks.counter {
 		ks.counter = x.next.Counter
 	}
-	res := OpResult{Quorum: quorum, Ballot: x.ballot, Epoch: x.proposed.Epoch}
+	res := OpResult{Quorum: quorum, Ballot: x.ballot, Epoch: x.proposed.Epoch, Config: x.votes.m.ID}
 	switch x.kind {
 	case kindAcquire:
 		if x.cancelled {
@@ -559,6 +571,12 @@ func (p *Proposer) accepted(x *op) {
 		res.Outcome, res.Value = ReadDone, x.proposed
 		res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
 		res.Live = x.readLive
+		p.finish(x, res)
+	case kindConfig:
+		res.Outcome, res.Value = Granted, x.proposed
+		p.finish(x, res)
+	case kindMigrate:
+		res.Outcome, res.Value = ReadDone, x.proposed
 		p.finish(x, res)
 	}
 }
@@ -649,6 +667,7 @@ func (p *Proposer) giveUp(x *op) {
 func (p *Proposer) conclude(x *op, res OpResult) {
 	ks := x.ks
 	res.Ballot = x.ballot
+	res.Config = x.votes.m.ID
 	res.RoundStarted = x.roundStart // what it saw, it saw in this round
 	switch res.Outcome {
 	case Locked:

@@ -25,6 +25,8 @@ func (s *sim) applyProposerBug(n *simNode) {
 		n.prop.faults.aliveMajority = func() []NodeID { return s.reachableVoters(n) }
 	case "reuse-epoch":
 		n.prop.faults.noEpochFloor = true
+	case "skip-migration":
+		n.prop.faults.skipMigration = true
 	}
 }
 
@@ -160,4 +162,19 @@ func TestCheckerCatchesAliveMajority(t *testing.T) {
 // No wall-clock floor: after every node restarts at once, epochs start over.
 func TestCheckerCatchesEpochReuse(t *testing.T) {
 	findViolation(t, "reuse-epoch", "I2", 50, func(c *simConfig) { c.FullRestart = true })
+}
+
+// Settling a voter change without moving the keys into the new voters: two
+// changes later, a majority of the voters need not meet the majority that
+// holds a lease, and grants it again.
+func TestCheckerCatchesSkippedMigration(t *testing.T) {
+	findViolation(t, "skip-migration", "I1", 100, func(c *simConfig) { c.Reconfig = true })
+}
+
+// Letting any incarnation of a voter that a change added vote at once with
+// an empty state: one that restarts has forgotten what it voted.
+func TestCheckerCatchesFreshRestartedVoter(t *testing.T) {
+	findViolation(t, "fresh-any-incarnation", "I1", 200, func(c *simConfig) {
+		c.Reconfig, c.CrashEvery = true, 400*time.Millisecond
+	})
 }

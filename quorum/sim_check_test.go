@@ -134,6 +134,11 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 	if resp.Status != StatusOK {
 		return
 	}
+	m, ok := k.s.config(req.Config)
+	if !ok {
+		k.s.failf("I5: %s answered a request of configuration %d, which no node adopted", n.id, req.Config&0xffff)
+		return
+	}
 	for i, op := range req.Ops {
 		res := resp.Results[i]
 		if !res.OK {
@@ -149,14 +154,14 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 				return
 			}
 			bk := ballotKey{op.Key, op.Ballot}
-			if v, ok := k.valueAt[bk]; ok && v != op.Value {
+			if v, ok := k.valueAt[bk]; ok && !sameValue(v, op.Value) {
 				k.s.failf("I6: ballot %v of %q carried two values: %v and %v", op.Ballot, op.Key, v, op.Value)
 				return
 			}
 			k.valueAt[bk] = op.Value
 			if !slices.Contains(k.acceptedBy[bk], n.id) {
 				k.acceptedBy[bk] = append(k.acceptedBy[bk], n.id)
-				if len(k.acceptedBy[bk]) == k.s.m.Majority() {
+				if len(k.acceptedBy[bk]) == m.Majority() {
 					k.chosen[op.Key] = append(k.chosen[op.Key], chosenAt{op.Ballot, k.s.now})
 				}
 			}
@@ -168,12 +173,28 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 	}
 }
 
+// sameValue compares two values, configurations by content.
+func sameValue(a, b Value) bool {
+	if (a.Config == nil) != (b.Config == nil) {
+		return false
+	}
+	if a.Config != nil && !a.Config.Equal(*b.Config) {
+		return false
+	}
+	a.Config, b.Config = nil, nil
+	return a == b
+}
+
 // quorumOK checks I5 for a decision.
 func (k *simChecker) quorumOK(n *simNode, res OpResult) {
 	if k.s.cfg.skipI5 {
 		return
 	}
-	m := k.s.m
+	m, ok := k.s.config(res.Config)
+	if !ok {
+		k.s.failf("I5: %s decided %q in configuration %d, which no node adopted", n.id, res.Key, res.Config&0xffff)
+		return
+	}
 	seen := make(map[NodeID]bool)
 	for _, id := range res.Quorum {
 		if seen[id] {
@@ -211,6 +232,11 @@ func (k *simChecker) result(n *simNode, res OpResult) {
 				k.addGhost(res.Key, -1, n.holderName(), in, qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: e}, call, false, e)
 			}
 		}
+		return
+	}
+	if ch := n.changes[res.ID]; ch != nil {
+		delete(n.changes, res.ID)
+		s.changeResult(n, ch, res)
 		return
 	}
 	c := n.ops[res.ID]

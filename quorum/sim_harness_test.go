@@ -34,11 +34,15 @@ type simConfig struct {
 
 	Drop, Dup float64
 	// LongTail is the share of messages delayed 100-400ms (default 0.003).
-	LongTail     float64
-	Partitions   bool
-	OneWay       bool
-	Crashes      bool
-	FullRestart  bool
+	LongTail    float64
+	Partitions  bool
+	OneWay      bool
+	Crashes     bool
+	CrashEvery  time.Duration // mean time between crashes; zero: 1.5s
+	FullRestart bool
+	// Reconfig adds and removes voters, one at a time, while the faults
+	// run; new nodes join as spares to be added.
+	Reconfig     bool
 	HealAt       time.Duration // faults stop here; zero: Duration*3/5
 	LivenessSlop time.Duration
 
@@ -73,6 +77,7 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 		OneWay:       true,
 		Crashes:      true,
 		FullRestart:  seed%5 == 0,
+		Reconfig:     seed%2 == 0,
 	}
 }
 
@@ -169,6 +174,12 @@ type simNode struct {
 	clients []*simClient
 	ops     map[OpID]*simClient
 	holder  map[string]*simClient // key → client holding this node's lease on it
+	changes map[OpID]*simChange   // voter changes this node started
+}
+
+// simChange is a voter change the driver asked of a node.
+type simChange struct {
+	add, remove NodeID
 }
 
 func (n *simNode) holderName() string { return fmt.Sprintf("%s/%d", n.id, n.inc) }
@@ -181,7 +192,12 @@ type sim struct {
 	seq    uint64
 	events eventHeap
 	nodes  []*simNode
-	m      Membership
+	// boot is the configuration every node starts with (its Config.Voters,
+	// the founding voters); m is the newest configuration any node adopted
+	// in this era, and configs every one adopted, by id.
+	boot    Membership
+	m       Membership
+	configs map[uint64]Membership
 
 	cut     map[[2]int]bool
 	nextInc uint64
@@ -195,18 +211,22 @@ type sim struct {
 }
 
 type simStats struct {
-	Messages, Dropped, Duplicated, Cut, Delayed       int
-	Partitions, OneWayCuts, Crashes, FullRestarts     int
-	Grants, Releases, Renewals, Lost, Reads, Writes   int
-	StaleWritesRefused, LateWrites, Cancels, Unknowns int
-	NoQuorum, Locked, FloorOnly                       int
+	Messages, Dropped, Duplicated, Cut, Delayed         int
+	Partitions, OneWayCuts, Crashes, FullRestarts       int
+	Grants, Releases, Renewals, Lost, Reads, Writes     int
+	StaleWritesRefused, LateWrites, Cancels, Unknowns   int
+	NoQuorum, Locked, FloorOnly                         int
+	Changes, ChangesDone, ChangesFailed, ChangesRefused int
+	Adds, Removes, KeysMoved, Joins, ConfigsAdopted     int
 }
 
 func (st simStats) String() string {
 	return fmt.Sprintf("msgs=%d dropped=%d dup=%d cut=%d tail=%d | partitions=%d oneway=%d crashes=%d fullrestarts=%d | "+
-		"grants=%d releases=%d renewals=%d lost=%d reads=%d writes=%d staleRefused=%d lateWrites=%d cancels=%d unknown=%d noquorum=%d locked=%d",
+		"grants=%d releases=%d renewals=%d lost=%d reads=%d writes=%d staleRefused=%d lateWrites=%d cancels=%d unknown=%d noquorum=%d locked=%d | "+
+		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d",
 		st.Messages, st.Dropped, st.Duplicated, st.Cut, st.Delayed, st.Partitions, st.OneWayCuts, st.Crashes, st.FullRestarts,
-		st.Grants, st.Releases, st.Renewals, st.Lost, st.Reads, st.Writes, st.StaleWritesRefused, st.LateWrites, st.Cancels, st.Unknowns, st.NoQuorum, st.Locked)
+		st.Grants, st.Releases, st.Renewals, st.Lost, st.Reads, st.Writes, st.StaleWritesRefused, st.LateWrites, st.Cancels, st.Unknowns, st.NoQuorum, st.Locked,
+		st.Changes, st.ChangesDone, st.ChangesFailed, st.ChangesRefused, st.Adds, st.Removes, st.KeysMoved, st.Joins, st.ConfigsAdopted)
 }
 
 func newSim(cfg simConfig) *sim {
@@ -224,7 +244,8 @@ func newSim(cfg simConfig) *sim {
 		}
 		s.nodes = append(s.nodes, n)
 	}
-	s.m = NewMembership(1, voters...)
+	s.boot = NewMembership(ClusterID(voters), voters...)
+	s.resetConfigs()
 	s.check = newSimChecker(s)
 	return s
 }
@@ -288,20 +309,17 @@ func (s *sim) start(n *simNode) {
 	n.clock.offset = time.Duration(s.rand.Int63n(int64(time.Hour))) - time.Duration(float64(s.now)*n.clock.rate)
 	n.ops = make(map[OpID]*simClient)
 	n.holder = make(map[string]*simClient)
-	var err error
+	n.changes = make(map[OpID]*simChange)
+	// Every node starts from its Config.Voters, the founding voters, and
+	// learns a newer configuration from the others.
+	n.acc = nil
+	n.voter = s.boot.IsVoter(n.id)
 	if n.voter {
-		n.acc, err = NewAcceptor(AcceptorConfig{
-			ID: n.id, Incarnation: n.inc, Membership: s.m, Clock: n.clock,
-			MaxTTL: s.cfg.TTL, Quarantine: s.cfg.quarantine(), CatchUpBuckets: 4,
-			RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
-		})
-		if err != nil {
-			panic(err)
-		}
-		s.applyAcceptorBug(n)
+		s.newAcceptor(n, s.boot, false)
 	}
+	var err error
 	n.prop, err = NewProposer(ProposerConfig{
-		ID: n.id, Incarnation: n.inc, Membership: s.m, Clock: n.clock,
+		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
 	})
 	if err != nil {
@@ -317,7 +335,113 @@ func (s *sim) start(n *simNode) {
 	for _, c := range n.clients {
 		c.boot()
 	}
+	if s.cfg.Reconfig {
+		// Joining gossip: trade configurations with a few members.
+		for i := 0; i < 2; i++ {
+			if peer := s.randomUp(n); peer != nil {
+				s.gossip(peer, n)
+				s.gossip(n, peer)
+			}
+		}
+	}
 	s.flush(n)
+}
+
+func (s *sim) newAcceptor(n *simNode, m Membership, fresh bool) {
+	var err error
+	n.acc, err = NewAcceptor(AcceptorConfig{
+		ID: n.id, Incarnation: n.inc, Membership: m, Clock: n.clock,
+		MaxTTL: s.cfg.TTL, Quarantine: s.cfg.quarantine(), CatchUpBuckets: 4,
+		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
+		Fresh: fresh,
+	})
+	if err != nil {
+		panic(err)
+	}
+	s.applyAcceptorBug(n)
+}
+
+// sync brings a node's proposer and acceptor to the newer of their two
+// configurations, as the mesh does, and gives it an acceptor when it has
+// become a voter: an empty, live one only for the incarnation the change
+// added.
+func (s *sim) sync(n *simNode) {
+	if !n.up {
+		return
+	}
+	m := n.prop.Membership()
+	if n.acc != nil && m.Newer(n.acc.Membership()) {
+		m = n.acc.Membership()
+	}
+	if n.prop.Adopt(m) {
+		s.stats.ConfigsAdopted++
+		s.tracef("%s adopts configuration %d %v pending=%v", n.id, m.ID&0xffff, m.Voters, m.Pending)
+	}
+	if n.acc != nil {
+		n.acc.Adopt(m)
+	}
+	s.noteConfig(m)
+	n.voter = m.IsVoter(n.id)
+	if n.acc == nil && n.voter {
+		inc, joined := m.JoinedAs(n.id)
+		if s.cfg.Bug == "fresh-any-incarnation" {
+			inc = n.inc // a restarted voter taken for the one that was added
+		}
+		s.newAcceptor(n, m, joined && inc == n.inc)
+		s.tracef("%s becomes a voter (fresh %v)", n.id, joined && inc == n.inc)
+	}
+}
+
+// noteConfig records a configuration some node adopted, and checks that no
+// two configurations of one era share an id (I5).
+func (s *sim) noteConfig(m Membership) {
+	if old, ok := s.configs[m.ID]; ok {
+		if !old.Equal(m) {
+			s.failf("I5: configuration id %d names both %v (pending %v) and %v (pending %v)", m.ID&0xffff, old.Voters, old.Pending, m.Voters, m.Pending)
+		}
+		return
+	}
+	s.configs[m.ID] = m.clone()
+	if s.m.Newer(m) {
+		s.m = m.clone()
+	}
+}
+
+func (s *sim) resetConfigs() {
+	s.m = s.boot.clone()
+	s.configs = map[uint64]Membership{s.boot.ID: s.boot}
+}
+
+// config is the configuration of the given id in this era.
+func (s *sim) config(id uint64) (Membership, bool) {
+	m, ok := s.configs[id]
+	return m, ok
+}
+
+// gossip carries from's configuration to to, as memberlist would carry
+// it: a hint that to adopts if it is newer (every node's configuration was
+// chosen), lost or late like any message.
+func (s *sim) gossip(from, to *simNode) {
+	if !from.up || from.prop == nil {
+		return
+	}
+	m := from.prop.Membership()
+	s.send(from, to, func() {
+		if to.prop != nil && to.prop.Adopt(m) {
+			s.stats.ConfigsAdopted++
+		}
+		s.flush(to)
+	})
+}
+
+func (s *sim) randomUp(not *simNode) *simNode {
+	for try := 0; try < 10; try++ {
+		n := s.nodes[s.rand.Intn(len(s.nodes))]
+		if n != not && n.up {
+			return n
+		}
+	}
+	return nil
 }
 
 // crash stops a node; it loses everything in memory.
@@ -361,6 +485,7 @@ func (s *sim) abandon(n *simNode) {
 // clients, and sets its next tick.
 func (s *sim) flush(n *simNode) {
 	for n.up && !s.ended {
+		s.sync(n)
 		busy := false
 		if n.acc != nil {
 			ard := n.acc.Ready()
@@ -393,6 +518,21 @@ func (s *sim) flush(n *simNode) {
 			req := rd.Requests[i]
 			to := s.node(req.To)
 			s.send(n, to, func() { s.handleRequest(to, n, &req) })
+		}
+		for i := range rd.Pushes {
+			push := rd.Pushes[i]
+			to := s.node(push.To)
+			s.send(n, to, func() {
+				if to.prop != nil && to.prop.Adopt(push.Members) {
+					s.stats.ConfigsAdopted++
+				}
+				s.flush(to)
+			})
+		}
+		for i := range rd.Lists {
+			req := rd.Lists[i]
+			to := s.node(req.To)
+			s.send(n, to, func() { s.handleList(to, n, &req) })
 		}
 		for _, ev := range rd.Leases {
 			s.check.leaseEvent(n, ev)
@@ -449,8 +589,12 @@ func (s *sim) node(id NodeID) *simNode {
 
 // send delivers fn at the addressee after a delay, or loses it. A message
 // to a node reaches whatever incarnation of it is up on arrival.
+//
+// A message reaches only the incarnations it was sent between, as over a
+// TCP connection: one of a node that restarted meanwhile is lost.
 func (s *sim) send(from, to *simNode, fn func()) {
 	s.stats.Messages++
+	fromInc, toInc := from.inc, to.inc
 	copies := 1
 	if from != to {
 		if s.cut[[2]int{from.idx, to.idx}] {
@@ -474,7 +618,7 @@ func (s *sim) send(from, to *simNode, fn func()) {
 			}
 		}
 		s.after(d, func() {
-			if to.up && !s.ended {
+			if to.up && !s.ended && to.inc == toInc && from.inc == fromInc {
 				fn()
 			}
 		})
@@ -507,10 +651,12 @@ func (s *sim) delay(local bool) time.Duration {
 }
 
 func (s *sim) handleRequest(to, from *simNode, req *Request) {
+	var resp *Response
 	if to.acc == nil {
-		return
+		resp = NoAcceptorResponse(to.prop.Membership(), to.id, to.inc, req)
+	} else {
+		resp = to.acc.HandleRequest(req)
 	}
-	resp := to.acc.HandleRequest(req)
 	s.check.acceptorAnswered(to, req, resp)
 	if s.cfg.Trace {
 		for i, op := range req.Ops {
@@ -532,10 +678,12 @@ func (s *sim) handleRequest(to, from *simNode, req *Request) {
 }
 
 func (s *sim) handleCatchUp(to, from *simNode, req *CatchUpRequest) {
+	var resp *CatchUpResponse
 	if to.acc == nil {
-		return
+		resp = NoAcceptorCatchUp(to.prop.Membership(), to.id, to.inc, req)
+	} else {
+		resp = to.acc.HandleCatchUp(req)
 	}
-	resp := to.acc.HandleCatchUp(req)
 	s.send(to, from, func() {
 		if from.acc != nil {
 			was := from.acc.State()
@@ -552,6 +700,23 @@ func (s *sim) handleCatchUp(to, from *simNode, req *CatchUpRequest) {
 	s.flush(to)
 }
 
+// handleList answers a key listing of a voter change.
+func (s *sim) handleList(to, from *simNode, req *CatchUpRequest) {
+	var resp *CatchUpResponse
+	if to.acc == nil {
+		resp = NoAcceptorCatchUp(to.prop.Membership(), to.id, to.inc, req)
+	} else {
+		resp = to.acc.HandleCatchUp(req)
+	}
+	s.send(to, from, func() {
+		if from.prop != nil {
+			from.prop.HandleListResponse(resp)
+			s.flush(from)
+		}
+	})
+	s.flush(to)
+}
+
 // Faults.
 
 func (s *sim) scheduleFaults() {
@@ -562,13 +727,35 @@ func (s *sim) scheduleFaults() {
 		}
 	}
 	if s.cfg.Crashes {
-		for t := s.jitter(time.Second); t < heal; t += s.jitter(1500 * time.Millisecond) {
+		every := s.cfg.CrashEvery
+		if every == 0 {
+			every = 1500 * time.Millisecond
+		}
+		for t := s.jitter(time.Second); t < heal; t += s.jitter(every) {
 			s.at(t, s.crashOne)
 		}
 	}
 	if s.cfg.FullRestart {
 		t := heal/3 + s.jitter(heal/3)
 		s.at(t, s.fullRestart)
+	}
+	if s.cfg.Reconfig {
+		for t := s.jitter(800 * time.Millisecond); t < heal; t += s.jitter(1200 * time.Millisecond) {
+			s.at(t, s.reconfigure)
+		}
+	}
+	// Gossip runs all along, faults or not.
+	if s.cfg.Reconfig {
+		var tick func()
+		tick = func() {
+			if a := s.randomUp(nil); a != nil {
+				if b := s.randomUp(a); b != nil {
+					s.gossip(a, b)
+				}
+			}
+			s.after(s.jitter(50*time.Millisecond), tick)
+		}
+		s.after(s.jitter(50*time.Millisecond), tick)
 	}
 }
 
@@ -632,14 +819,25 @@ func (s *sim) crashOne() {
 	if !n.up {
 		return
 	}
-	if n.voter {
+	// The newest configuration's voters, and while it is pending the
+	// voters before it, which may still be the only majority holding some
+	// keys.
+	sets := []Membership{s.m}
+	if s.m.Pending {
+		sets = append(sets, Membership{ID: s.m.ID, Voters: s.m.Prev})
+	}
+	for _, m := range sets {
+		if !m.IsVoter(n.id) {
+			continue
+		}
 		notLive := 0
-		for _, v := range s.nodes {
-			if v.voter && (!v.up || v.acc.State() != Live) {
+		for _, id := range m.Voters {
+			v := s.node(id)
+			if !v.up || v.acc == nil || v.acc.State() != Live || !v.acc.Membership().IsVoter(v.id) {
 				notLive++
 			}
 		}
-		if notLive+1 > s.cfg.Voters-s.m.Majority() {
+		if notLive+1 > len(m.Voters)-m.Majority() {
 			return
 		}
 	}
@@ -663,6 +861,9 @@ func (s *sim) fullRestart() {
 		s.crash(n)
 	}
 	s.check.era++
+	// Every node starts again from the founding voters: what changed
+	// since lived in memory only.
+	s.resetConfigs()
 	s.after(50*time.Millisecond+time.Duration(s.rand.Int63n(int64(200*time.Millisecond))), func() {
 		for _, n := range s.nodes {
 			if !n.up {

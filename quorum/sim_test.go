@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -166,28 +167,12 @@ func tail(lines []string, n int) []string {
 	return lines
 }
 
+// addStats sums every counter of two runs' statistics.
 func addStats(a, b simStats) simStats {
-	a.Messages += b.Messages
-	a.Dropped += b.Dropped
-	a.Duplicated += b.Duplicated
-	a.Cut += b.Cut
-	a.Delayed += b.Delayed
-	a.Partitions += b.Partitions
-	a.OneWayCuts += b.OneWayCuts
-	a.Crashes += b.Crashes
-	a.FullRestarts += b.FullRestarts
-	a.Grants += b.Grants
-	a.Releases += b.Releases
-	a.Renewals += b.Renewals
-	a.Lost += b.Lost
-	a.Reads += b.Reads
-	a.Writes += b.Writes
-	a.StaleWritesRefused += b.StaleWritesRefused
-	a.LateWrites += b.LateWrites
-	a.Cancels += b.Cancels
-	a.Unknowns += b.Unknowns
-	a.NoQuorum += b.NoQuorum
-	a.Locked += b.Locked
-	a.FloorOnly += b.FloorOnly
+	va, vb := reflect.ValueOf(&a).Elem(), reflect.ValueOf(b)
+	for i := 0; i < va.NumField(); i++ {
+		f := va.Field(i)
+		f.SetInt(f.Int() + vb.Field(i).Int())
+	}
 	return a
 }

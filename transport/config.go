@@ -2,6 +2,7 @@ package transport
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -22,7 +23,13 @@ const (
 	DefaultWriteTimeout     = 10 * time.Second
 	DefaultIdleTimeout      = 2 * time.Minute
 	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultFrameTimeout     = 10 * time.Second
+	DefaultMaxInflight      = 256
+	DefaultMaxConnsPerPeer  = 16
+	DefaultMaxInboundConns  = 1024
 	maxConnsPerPeer         = 64
+	maxInflightLimit        = 1 << 20
+	maxInboundConnsLimit    = 1 << 20
 )
 
 // TCPConfig configures a TCP transport. Start from DefaultTCPConfig or
@@ -91,16 +98,71 @@ type TCPConfig struct {
 	// (5 s).
 	HandshakeTimeout time.Duration
 
+	// FrameTimeout bounds, on accepted and dialed connections alike, the
+	// time from a frame's first byte to its last. A peer that sends a header
+	// and then trickles the body, a byte now and then, is cut off with
+	// ErrSlowFrame instead of holding the connection (and the memory of a
+	// half-read frame) for as long as it likes. Frames that arrive in one
+	// piece cost nothing: the deadline is only armed when a frame is not
+	// already buffered. Keep it above MaxFrameSize divided by the slowest
+	// link's bandwidth (4 MiB at 1 MB/s takes 4 s). Zero means
+	// DefaultFrameTimeout (10 s).
+	FrameTimeout time.Duration
+
+	// MaxInflightPerConn bounds, on an accepted connection, the requests
+	// whose replies are not yet written to the socket. At the bound the
+	// connection's reader stops reading (the peer's next frames wait in the
+	// TCP buffers) until the writer catches up, so a peer that sends
+	// requests without reading the replies makes this node hold at most
+	// this many replies (and at most MaxQueuedBytes); its connection is
+	// closed with ErrInflightLimit once a write makes no progress for
+	// WriteTimeout. A well-behaved peer only ever slows down. Range 1 to
+	// 2^20; zero means DefaultMaxInflight (256).
+	MaxInflightPerConn int
+
+	// MaxConnsPerPeer bounds the accepted connections open at once from one
+	// node (as named by its hello). One more is closed with ErrConnLimit
+	// right after its hello. Peers replacing an idle connection hold two
+	// for a moment, so keep it at least twice the peers' ConnsPerPeer.
+	// Range 1 to 2^20; zero means DefaultMaxConnsPerPeer (16).
+	MaxConnsPerPeer int
+
+	// MaxInboundConns bounds the accepted connections open at once,
+	// including those still in their TLS handshake or hello. One more is
+	// closed with ErrConnLimit as soon as it is accepted. Each costs a
+	// goroutine and a 16 KiB read buffer. Range 1 to 2^20; zero means
+	// DefaultMaxInboundConns (1024).
+	MaxInboundConns int
+
 	// TLS, if set, makes both the listener and every dial use TLS with this
 	// configuration: Certificates serve as the server certificate and, if
 	// the peer asks, the client certificate; RootCAs verify peers' server
 	// certificates; ClientAuth and ClientCAs enable mutual TLS. The
 	// transport clones it and never modifies it. Nil means plain TCP.
+	//
+	// When the peer of an accepted connection presents a certificate, the
+	// node name in its hello must be one that certificate vouches for (see
+	// VerifyPeerName); otherwise the connection is closed with ErrIdentity.
+	// Without client certificates, names are not authenticated.
 	TLS *tls.Config
+
+	// VerifyPeerName decides whether cert, the leaf certificate a TLS peer
+	// presented (already verified by the TLS configuration), vouches for the
+	// node name the peer sent in its hello. Return nil to accept. Nil means
+	// the default rule: name must equal one of the certificate's DNS
+	// subject alternative names, byte for byte. The Common Name is not
+	// considered (as crypto/tls stopped doing for host names in Go 1.15).
+	// Set it to bind names some other way, a URI SAN for example. It is
+	// called on the connection's goroutine and must not block.
+	VerifyPeerName func(name string, cert *x509.Certificate) error
 
 	// OnError, if set, is told about every connection closed for a reason
 	// other than an orderly close or Close: rejected frames, failed
-	// handshakes, peers rejected by the handler, write timeouts, I/O errors.
+	// handshakes, peers rejected by the handler, limits tripped (the error
+	// then wraps ErrFrameTooLarge, ErrSlowFrame, ErrInflightLimit,
+	// ErrConnLimit or ErrQueueFull), write timeouts, I/O errors. It is also
+	// told, with ErrIdle, about accepted connections closed for idling,
+	// which is normal and may be counted rather than logged.
 	// peer is the remote node's name once its hello has been read, and
 	// otherwise the remote network address. It is called from connection
 	// goroutines, possibly concurrently, and must not block. Nil means
@@ -115,15 +177,19 @@ type TCPConfig struct {
 func DefaultTCPConfig() TCPConfig {
 	name, _ := os.Hostname()
 	return TCPConfig{
-		Name:             name,
-		BindAddr:         fmt.Sprintf("0.0.0.0:%d", DefaultPort),
-		MaxFrameSize:     DefaultMaxFrameSize,
-		ConnsPerPeer:     DefaultConnsPerPeer,
-		MaxQueuedBytes:   DefaultMaxQueuedBytes,
-		DialTimeout:      DefaultDialTimeout,
-		WriteTimeout:     DefaultWriteTimeout,
-		IdleTimeout:      DefaultIdleTimeout,
-		HandshakeTimeout: DefaultHandshakeTimeout,
+		Name:               name,
+		BindAddr:           fmt.Sprintf("0.0.0.0:%d", DefaultPort),
+		MaxFrameSize:       DefaultMaxFrameSize,
+		ConnsPerPeer:       DefaultConnsPerPeer,
+		MaxQueuedBytes:     DefaultMaxQueuedBytes,
+		DialTimeout:        DefaultDialTimeout,
+		WriteTimeout:       DefaultWriteTimeout,
+		IdleTimeout:        DefaultIdleTimeout,
+		HandshakeTimeout:   DefaultHandshakeTimeout,
+		FrameTimeout:       DefaultFrameTimeout,
+		MaxInflightPerConn: DefaultMaxInflight,
+		MaxConnsPerPeer:    DefaultMaxConnsPerPeer,
+		MaxInboundConns:    DefaultMaxInboundConns,
 	}
 }
 
@@ -170,6 +236,18 @@ func (c *TCPConfig) Validate() error {
 	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
 		return fmt.Errorf("%w: TLS has neither Certificates nor GetCertificate: the listener could not serve", ErrInvalidConfig)
 	}
+	for _, l := range []struct {
+		name     string
+		v, limit int
+	}{
+		{"MaxInflightPerConn", c.MaxInflightPerConn, maxInflightLimit},
+		{"MaxConnsPerPeer", c.MaxConnsPerPeer, maxInboundConnsLimit},
+		{"MaxInboundConns", c.MaxInboundConns, maxInboundConnsLimit},
+	} {
+		if l.v < 0 || l.v > l.limit {
+			return fmt.Errorf("%w: %s %d outside [1, %d]", ErrInvalidConfig, l.name, l.v, l.limit)
+		}
+	}
 	maxFrame := c.MaxFrameSize
 	if maxFrame == 0 {
 		maxFrame = DefaultMaxFrameSize
@@ -185,6 +263,7 @@ func (c *TCPConfig) Validate() error {
 		{"WriteTimeout", c.WriteTimeout},
 		{"IdleTimeout", c.IdleTimeout},
 		{"HandshakeTimeout", c.HandshakeTimeout},
+		{"FrameTimeout", c.FrameTimeout},
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%w: %s is negative (%v)", ErrInvalidConfig, d.name, d.v)
@@ -215,6 +294,18 @@ func (c TCPConfig) withDefaults() TCPConfig {
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.FrameTimeout == 0 {
+		c.FrameTimeout = DefaultFrameTimeout
+	}
+	if c.MaxInflightPerConn == 0 {
+		c.MaxInflightPerConn = DefaultMaxInflight
+	}
+	if c.MaxConnsPerPeer == 0 {
+		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if c.MaxInboundConns == 0 {
+		c.MaxInboundConns = DefaultMaxInboundConns
 	}
 	if c.TLS != nil {
 		c.TLS = c.TLS.Clone()

@@ -45,6 +45,10 @@ func TestTCPConfigValidate(t *testing.T) {
 		{"WriteTimeout", func(c *TCPConfig) { c.WriteTimeout = -1 }},
 		{"IdleTimeout", func(c *TCPConfig) { c.IdleTimeout = -1 }},
 		{"HandshakeTimeout", func(c *TCPConfig) { c.HandshakeTimeout = -1 }},
+		{"FrameTimeout", func(c *TCPConfig) { c.FrameTimeout = -1 }},
+		{"MaxInflightPerConn", func(c *TCPConfig) { c.MaxInflightPerConn = -1 }},
+		{"MaxConnsPerPeer", func(c *TCPConfig) { c.MaxConnsPerPeer = -1 }},
+		{"MaxInboundConns", func(c *TCPConfig) { c.MaxInboundConns = maxInboundConnsLimit + 1 }},
 		{"TLS", func(c *TCPConfig) { c.TLS = &tls.Config{} }},
 	}
 	for _, tc := range cases {

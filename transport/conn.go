@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -56,6 +57,19 @@ type conn struct {
 	nextID  uint64           // dialed side: last request id used
 	retired bool             // dialed side: take no new frames; close when drained
 
+	// Accepted side: replies not yet written to the socket (queued, or
+	// taken by the writer), for MaxInflightPerConn. queuedReplies counts
+	// those still in queue. throttled is set while the reader waits for
+	// room; the writer then signals room after a write.
+	inflight      int
+	queuedReplies int
+	throttled     bool
+	room          chan struct{} // capacity 1
+
+	// admitted is the peer name this accepted connection counts against in
+	// MaxConnsPerPeer; guarded by t.mu, not mu.
+	admitted string
+
 	scratch       [lengthPrefixSize + frameHeaderSize]byte // reader's header buffer
 	writeDeadline time.Time                                // writer's current deadline
 }
@@ -72,6 +86,8 @@ func newConn(t *TCP, outbound bool, addr string, nc net.Conn) *conn {
 	}
 	if outbound {
 		c.pending = make(map[uint64]*call)
+	} else {
+		c.room = make(chan struct{}, 1)
 	}
 	return c
 }
@@ -104,6 +120,10 @@ func (c *conn) enqueue(typ byte, id uint64, body []byte, cl *call) (uint64, erro
 	}
 	wasEmpty := len(c.queue) == 0
 	c.queue = appendFrame(c.queue, typ, id, body)
+	if typ == frameReply || typ == frameError {
+		c.queuedReplies++
+		c.inflight++
+	}
 	c.mu.Unlock()
 	if c.outbound {
 		c.lastSend.Store(c.t.now())
@@ -136,12 +156,17 @@ func (c *conn) writeLoop() {
 		c.mu.Lock()
 		buf := c.queue
 		c.queue = spare[:0]
+		replies := c.queuedReplies
+		c.queuedReplies = 0
 		c.mu.Unlock()
 		if len(buf) > 0 {
 			if err := c.write(buf); err != nil {
-				c.abort(err, true)
+				c.abort(c.writeFailed(err), true)
 				return
 			}
+		}
+		if replies > 0 {
+			c.wrote(replies)
 		}
 		if cap(buf) > maxKeptQueue {
 			buf = nil
@@ -177,6 +202,97 @@ func (c *conn) write(buf []byte) error {
 		}
 	}
 	return nil
+}
+
+// wrote records that n replies reached the socket, and lets a reader
+// waiting for room go on.
+func (c *conn) wrote(n int) {
+	c.mu.Lock()
+	c.inflight -= n
+	wake := c.throttled && c.inflight < c.t.cfg.MaxInflightPerConn
+	if wake {
+		c.throttled = false
+	}
+	c.mu.Unlock()
+	if wake {
+		select {
+		case c.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// waitForRoom holds an accepted connection's reader while
+// MaxInflightPerConn replies are unwritten: a peer that does not read its
+// replies then stops being read, instead of making this node buffer
+// replies without bound. It reports whether it had to wait (the caller
+// re-arms the idle deadline, since silence while we do not read is not the
+// peer's), and false in ok once the connection has failed.
+func (c *conn) waitForRoom() (waited, ok bool) {
+	for {
+		c.mu.Lock()
+		switch {
+		case c.err != nil:
+			c.mu.Unlock()
+			return waited, false
+		case c.inflight < c.t.cfg.MaxInflightPerConn:
+			c.mu.Unlock()
+			return waited, true
+		}
+		c.throttled = true
+		c.mu.Unlock()
+		waited = true
+		select {
+		case <-c.room:
+		case <-c.done:
+		}
+	}
+}
+
+// writeFailed names why a write failed: a peer that stopped reading while
+// its requests filled MaxInflightPerConn tripped that limit.
+func (c *conn) writeFailed(err error) error {
+	c.mu.Lock()
+	throttled, inflight := c.throttled, c.inflight
+	c.mu.Unlock()
+	if throttled && errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w: the peer left %d replies unread (MaxInflightPerConn): %w", ErrInflightLimit, inflight, err)
+	}
+	return err
+}
+
+// nextFrame reads the header of the next frame. It waits for the frame's
+// first byte under whatever read deadline is set (the idle deadline on an
+// accepted connection, none on a dialed one); from then on the frame must
+// arrive whole within FrameTimeout. armed reports whether the frame
+// deadline was set, which the caller undoes once the body is read; a frame
+// already buffered whole needs no deadline, so the common small frame
+// costs no timer update.
+func (c *conn) nextFrame(br *bufio.Reader) (h frameHeader, armed bool, err error) {
+	if _, err := br.Peek(1); err != nil {
+		return frameHeader{}, false, err
+	}
+	if br.Buffered() < lengthPrefixSize+frameHeaderSize {
+		if err := c.armFrameDeadline(); err != nil {
+			return frameHeader{}, false, err
+		}
+		armed = true
+	}
+	h, err = readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+	if err != nil {
+		return frameHeader{}, armed, err
+	}
+	if !armed && br.Buffered() < h.bodyLen {
+		if err := c.armFrameDeadline(); err != nil {
+			return frameHeader{}, false, err
+		}
+		armed = true
+	}
+	return h, armed, nil
+}
+
+func (c *conn) armFrameDeadline() error {
+	return c.nc.SetReadDeadline(time.Now().Add(c.t.cfg.FrameTimeout))
 }
 
 // cancel forgets a call whose caller gave up. It reports whether cl was
@@ -274,14 +390,17 @@ func (c *conn) fail(reason error) bool {
 }
 
 // readFailed classifies the error that ended a read loop. A clean EOF
-// between frames and an idle timeout are orderly closes; anything else is
-// reported.
-func (c *conn) readFailed(err error, idle bool) {
+// between frames is an orderly close; a timeout is a slow frame when the
+// frame deadline was armed, and otherwise (accepted side, idle set) an idle
+// connection. Everything but EOF is reported.
+func (c *conn) readFailed(err error, idle, armed bool) {
 	switch {
 	case errors.Is(err, io.EOF):
 		c.abort(fmt.Errorf("%w: closed by %s", ErrConnClosed, c.label), false)
+	case armed && isTimeout(err):
+		c.abort(fmt.Errorf("%w: a frame did not arrive whole within %v: %w", ErrSlowFrame, c.t.cfg.FrameTimeout, ErrTimeout), true)
 	case idle && isTimeout(err):
-		c.abort(fmt.Errorf("%w: idle for %v", ErrConnClosed, c.t.cfg.IdleTimeout), false)
+		c.abort(fmt.Errorf("%w: no frame for %v", ErrIdle, c.t.cfg.IdleTimeout), true)
 	case errors.Is(err, ErrMalformedFrame) || errors.Is(err, ErrFrameTooLarge):
 		c.abort(err, true)
 	default:

@@ -57,6 +57,21 @@
 // peer by returning an error wrapping ErrRejectPeer, which closes the
 // peer's connection.
 //
+// Every resource a peer can make this node spend is bounded, each bound
+// with its own error so that OnError can count it:
+//
+//   - a frame's size: MaxFrameSize (ErrFrameTooLarge);
+//   - the time from a frame's first byte to its last: FrameTimeout, so a
+//     peer trickling bytes is cut off (ErrSlowFrame);
+//   - the time to complete the TLS handshake and the hello:
+//     HandshakeTimeout (ErrHandshake with ErrTimeout);
+//   - silence between frames: IdleTimeout (ErrIdle, a normal close);
+//   - replies a peer leaves unread: MaxInflightPerConn, past which the
+//     connection is not read until the writer catches up, and MaxQueuedBytes
+//     (ErrInflightLimit, ErrQueueFull);
+//   - connections: MaxInboundConns in all and MaxConnsPerPeer per node name
+//     (ErrConnLimit).
+//
 // # Wire format
 //
 // A connection is a stream of frames:
@@ -97,6 +112,9 @@
 //
 // With TCPConfig.TLS set, the listener and every dial use TLS with that
 // configuration (certificates, roots, and ClientAuth/ClientCAs for mutual
-// TLS). The node name in the hello is not checked against the peer's
-// certificate; a Handler that needs that binding must enforce it.
+// TLS). When a dialer presents a client certificate, the node name in its
+// hello must be one the certificate vouches for — by default one of its DNS
+// subject alternative names, or whatever TCPConfig.VerifyPeerName decides —
+// or the connection is closed with ErrIdentity: the "from" a Handler sees is
+// then authenticated. Without client certificates it is only a claim.
 package transport

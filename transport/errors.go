@@ -61,6 +61,34 @@ var (
 	// MaxQueuedBytes, typically because the peer stopped reading. Nothing was
 	// queued.
 	ErrQueueFull = errors.New("transport: send queue full")
+
+	// ErrIdentity means a TLS peer's hello named a node its certificate does
+	// not vouch for (see TCPConfig.VerifyPeerName). It is reported to
+	// OnError together with ErrHandshake, and the connection is closed.
+	ErrIdentity = errors.New("transport: peer name does not match its certificate")
+
+	// ErrSlowFrame means a frame had begun to arrive but did not arrive whole
+	// within FrameTimeout: a peer trickling bytes to hold a connection (and
+	// the memory of a half-read frame) is cut off. Reported to OnError with
+	// ErrTimeout.
+	ErrSlowFrame = errors.New("transport: frame arrived too slowly")
+
+	// ErrInflightLimit means a peer kept MaxInflightPerConn requests
+	// unanswered on one connection because it did not read the replies: the
+	// connection stopped being read, and was closed once writing its replies
+	// made no progress for WriteTimeout. Reported to OnError.
+	ErrInflightLimit = errors.New("transport: too many requests in flight")
+
+	// ErrConnLimit means an accepted connection was closed at once because
+	// MaxInboundConns connections were already open, or MaxConnsPerPeer from
+	// the node its hello named. Reported to OnError.
+	ErrConnLimit = errors.New("transport: too many connections")
+
+	// ErrIdle is reported to OnError when an accepted connection received no
+	// frame for IdleTimeout and was closed. It is the normal end of a
+	// connection its dialer stopped using, not a fault; it is reported so
+	// that connections held open by an idle stranger can be counted.
+	ErrIdle = errors.New("transport: connection idle")
 )
 
 // RemoteError is returned by Call when the peer's handler returned an error

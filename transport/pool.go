@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"sync/atomic"
+	"time"
 )
 
 // peerConns holds the dialed connections to one peer address. A slot holds
@@ -167,6 +168,17 @@ func (t *TCP) dial(addr string) (net.Conn, error) {
 	return tc, nil
 }
 
+// disarmFrameDeadline removes the frame deadline of a dialed connection,
+// which waits between frames for as long as it takes. It reports false, and
+// fails the connection, if that is impossible.
+func (c *conn) disarmFrameDeadline() bool {
+	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
+		c.abort(fmt.Errorf("transport: read: %w", err), true)
+		return false
+	}
+	return true
+}
+
 // setNoDelay turns off Nagle's algorithm: the writer already coalesces
 // frames, and delaying a lone small request would cost a round trip.
 func setNoDelay(nc net.Conn) {
@@ -183,9 +195,12 @@ func (c *conn) readReplies() {
 	defer c.t.wg.Done()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	for {
-		h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+		// No deadline between frames: a dialed connection waits for
+		// replies as long as its calls do, and the listener closes it once
+		// idle. Within a frame, FrameTimeout applies.
+		h, framed, err := c.nextFrame(br)
 		if err != nil {
-			c.readFailed(err, false)
+			c.readFailed(err, false, framed)
 			return
 		}
 		if h.typ != frameReply && h.typ != frameError {
@@ -195,7 +210,10 @@ func (c *conn) readReplies() {
 		cl, drained := c.takePending(h.id)
 		if cl == nil {
 			if _, err := br.Discard(h.bodyLen); err != nil {
-				c.readFailed(noEOF(err), false)
+				c.readFailed(noEOF(err), false, framed)
+				return
+			}
+			if framed && !c.disarmFrameDeadline() {
 				return
 			}
 			continue
@@ -203,7 +221,7 @@ func (c *conn) readReplies() {
 		body, err := readBody(br, h.bodyLen)
 		if err != nil {
 			cl.ch <- result{err: fmt.Errorf("%w: %s: reading reply: %w", ErrConnClosed, c.addr, err)}
-			c.readFailed(err, false)
+			c.readFailed(err, false, framed)
 			return
 		}
 		if h.typ == frameError {
@@ -213,6 +231,9 @@ func (c *conn) readReplies() {
 		}
 		if drained {
 			c.signal()
+		}
+		if framed && !c.disarmFrameDeadline() {
+			return
 		}
 	}
 }

@@ -3,9 +3,11 @@ package transport
 import (
 	"bufio"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 )
 
@@ -46,9 +48,13 @@ func (t *TCP) acceptLoop() {
 			nc = tls.Server(nc, t.cfg.TLS)
 		}
 		c := newConn(t, false, nc.RemoteAddr().String(), nc)
-		if !t.track(c) {
+		if err := t.track(c); err != nil {
 			_ = nc.Close()
-			return
+			if errors.Is(err, ErrClosed) {
+				return
+			}
+			t.report(c.addr, err)
+			continue
 		}
 		go c.serve()
 	}
@@ -62,12 +68,19 @@ func (c *conn) serve() {
 	defer c.t.wg.Done()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
 	name, err := c.readHello(br)
+	if err == nil {
+		err = c.checkIdentity(name)
+	}
 	if err != nil {
 		c.abort(err, true)
 		return
 	}
 	c.label = name // before the writer starts: it reads label
-	c.t.wg.Add(1)  // we are counted, so this cannot race with Close's Wait
+	if err := c.t.admit(c, name); err != nil {
+		c.abort(err, !errors.Is(err, ErrClosed))
+		return
+	}
+	c.t.wg.Add(1) // we are counted, so this cannot race with Close's Wait
 	go func() {
 		defer c.t.wg.Done()
 		c.writeLoop()
@@ -83,20 +96,32 @@ func (c *conn) serve() {
 		return
 	}
 	for {
-		h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+		// Stop reading while the peer leaves too many replies unread. The
+		// peer's silence while we do not read is ours: re-arm the idle
+		// deadline after a wait.
+		if waited, ok := c.waitForRoom(); !ok {
+			return
+		} else if waited {
+			armed = time.Now()
+			if err := c.nc.SetReadDeadline(armed.Add(idle)); err != nil {
+				c.abort(err, true)
+				return
+			}
+		}
+		h, framed, err := c.nextFrame(br)
 		if err != nil {
-			c.readFailed(err, true)
+			c.readFailed(err, true, framed)
 			return
 		}
 		switch h.typ {
 		case frameRequest:
-			if !c.handleRequest(br, h) {
+			if !c.handleRequest(br, h, framed) {
 				return
 			}
 		case frameMessage:
 			body, err := readBody(br, h.bodyLen)
 			if err != nil {
-				c.readFailed(err, true)
+				c.readFailed(err, true, framed)
 				return
 			}
 			c.t.cfg.Handler.HandleMessage(name, body)
@@ -104,7 +129,8 @@ func (c *conn) serve() {
 			c.abort(fmt.Errorf("%w: frame type %d from a dialer", ErrMalformedFrame, h.typ), true)
 			return
 		}
-		if now := time.Now(); now.Sub(armed) > idle/8 {
+		// A frame deadline replaced the idle one: restore it.
+		if now := time.Now(); framed || now.Sub(armed) > idle/8 {
 			armed = now
 			if err := c.nc.SetReadDeadline(now.Add(idle)); err != nil {
 				c.abort(err, true)
@@ -148,12 +174,43 @@ func (c *conn) readHello(br *bufio.Reader) (string, error) {
 	return name, nil
 }
 
+// checkIdentity binds the name in a TLS peer's hello to the certificate
+// the peer presented: without this, any holder of a valid certificate could
+// speak in any node's name.
+func (c *conn) checkIdentity(name string) error {
+	tc, ok := c.nc.(*tls.Conn)
+	if !ok {
+		return nil
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return nil // no client certificates: names are not authenticated
+	}
+	verify := c.t.cfg.VerifyPeerName
+	if verify == nil {
+		verify = verifyPeerNameBySAN
+	}
+	if err := verify(name, certs[0]); err != nil {
+		return fmt.Errorf("%w: %w: the hello names %q: %w", ErrHandshake, ErrIdentity, name, err)
+	}
+	return nil
+}
+
+// verifyPeerNameBySAN is the default VerifyPeerName: the name must be one
+// of the certificate's DNS subject alternative names.
+func verifyPeerNameBySAN(name string, cert *x509.Certificate) error {
+	if slices.Contains(cert.DNSNames, name) {
+		return nil
+	}
+	return fmt.Errorf("the certificate's DNS names are %q", cert.DNSNames)
+}
+
 // handleRequest runs the handler for one request and queues its answer.
 // It reports false if the connection was closed.
-func (c *conn) handleRequest(br *bufio.Reader, h frameHeader) bool {
+func (c *conn) handleRequest(br *bufio.Reader, h frameHeader, framed bool) bool {
 	body, err := readBody(br, h.bodyLen)
 	if err != nil {
-		c.readFailed(err, true)
+		c.readFailed(err, true, framed)
 		return false
 	}
 	reply, herr := c.t.cfg.Handler.HandleRequest(c.label, body)

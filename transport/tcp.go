@@ -28,10 +28,12 @@ type TCP struct {
 	cancelDial context.CancelFunc
 	done       chan struct{} // closed by Close
 
-	mu     sync.RWMutex
-	closed bool
-	peers  map[string]*peerConns // dialed connections by address
-	conns  map[*conn]struct{}    // every live connection, for Close
+	mu      sync.RWMutex
+	closed  bool
+	peers   map[string]*peerConns // dialed connections by address
+	conns   map[*conn]struct{}    // every live connection, for Close
+	inbound int                   // accepted connections in conns (MaxInboundConns)
+	byName  map[string]int        // admitted accepted connections per peer name (MaxConnsPerPeer)
 
 	// wg counts every goroutine the transport starts. Add is only called
 	// with mu held and closed false, or by a goroutine already counted, so
@@ -49,7 +51,7 @@ type TCPStats struct {
 	InboundConns  int    // accepted connections open now
 	Dials         uint64 // connection attempts made so far
 	DialFailures  uint64 // attempts that failed to connect
-	Rejected      uint64 // connections closed for bad input or by the handler
+	Rejected      uint64 // connections closed for bad input, a limit, or by the handler
 }
 
 // NewTCP validates cfg, starts listening on cfg.BindAddr and returns the
@@ -74,6 +76,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		done:        make(chan struct{}),
 		peers:       make(map[string]*peerConns),
 		conns:       make(map[*conn]struct{}),
+		byName:      make(map[string]int),
 	}
 	if cfg.AdvertiseAddr != "" {
 		t.addr = cfg.AdvertiseAddr
@@ -169,30 +172,67 @@ func (t *TCP) Stats() TCPStats {
 	return s
 }
 
-// track registers a new connection and counts the goroutine that will
-// serve it. It fails once the transport is closed.
-func (t *TCP) track(c *conn) bool {
+// track registers a newly accepted connection and counts the goroutine
+// that will serve it. It fails with ErrClosed once the transport is closed,
+// and with ErrConnLimit when MaxInboundConns connections are open: checking
+// before the TLS handshake and the hello keeps a flood of connections that
+// never finish them from costing more than that many goroutines.
+func (t *TCP) track(c *conn) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
-		return false
+	switch {
+	case t.closed:
+		return ErrClosed
+	case t.inbound >= t.cfg.MaxInboundConns:
+		return fmt.Errorf("%w: %d accepted connections open (MaxInboundConns)", ErrConnLimit, t.inbound)
 	}
 	t.conns[c] = struct{}{}
+	t.inbound++
 	t.wg.Add(1)
-	return true
+	return nil
 }
 
-// forget drops a failed connection from the set Close must close.
+// admit counts an accepted connection against its peer's MaxConnsPerPeer,
+// once its hello has named the peer.
+func (t *TCP) admit(c *conn, name string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, live := t.conns[c]; !live {
+		return ErrClosed // failed meanwhile (Close): nothing to count
+	}
+	if n := t.byName[name]; n >= t.cfg.MaxConnsPerPeer {
+		return fmt.Errorf("%w: %d connections from %q already open (MaxConnsPerPeer)", ErrConnLimit, n, name)
+	}
+	t.byName[name]++
+	c.admitted = name
+	return nil
+}
+
+// forget drops a failed connection from the set Close must close, and from
+// the connection counts.
 func (t *TCP) forget(c *conn) {
 	t.mu.Lock()
-	delete(t.conns, c)
+	if _, live := t.conns[c]; live {
+		delete(t.conns, c)
+		if !c.outbound {
+			t.inbound--
+		}
+	}
+	if c.admitted != "" {
+		if t.byName[c.admitted]--; t.byName[c.admitted] <= 0 {
+			delete(t.byName, c.admitted)
+		}
+		c.admitted = ""
+	}
 	t.mu.Unlock()
 }
 
 // report passes a connection failure to OnError and counts rejections.
 func (t *TCP) report(peer string, err error) {
 	if errors.Is(err, ErrMalformedFrame) || errors.Is(err, ErrFrameTooLarge) ||
-		errors.Is(err, ErrHandshake) || errors.Is(err, ErrRejectPeer) {
+		errors.Is(err, ErrHandshake) || errors.Is(err, ErrRejectPeer) ||
+		errors.Is(err, ErrSlowFrame) || errors.Is(err, ErrInflightLimit) ||
+		errors.Is(err, ErrConnLimit) {
 		t.rejected.Add(1)
 	}
 	if t.cfg.OnError != nil {

@@ -17,8 +17,8 @@ import (
 
 // selfSignedTLS returns a mutual-TLS config: one self-signed certificate
 // for 127.0.0.1 that every node presents and trusts, as a server and as a
-// client.
-func selfSignedTLS(t *testing.T) *tls.Config {
+// client. Its DNS names are the node names it vouches for.
+func selfSignedTLS(t *testing.T, names ...string) *tls.Config {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -30,6 +30,7 @@ func selfSignedTLS(t *testing.T) *tls.Config {
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(time.Hour),
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:              names,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IsCA:                  true,
@@ -56,7 +57,7 @@ func selfSignedTLS(t *testing.T) *tls.Config {
 
 func TestTCPWithMutualTLS(t *testing.T) {
 	noGoroutineLeak(t)
-	cfg := selfSignedTLS(t)
+	cfg := selfSignedTLS(t, "server", "client", "stranger", "wary")
 	log := newErrorLog()
 	server := newTCP(t, "server", echo, func(c *TCPConfig) { c.TLS = cfg; c.OnError = log.record })
 	client := newTCP(t, "client", echo, func(c *TCPConfig) { c.TLS = cfg })
@@ -87,7 +88,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 		// It trusts the server, but presents a certificate the server
 		// does not trust.
 		untrusted := cfg.Clone()
-		untrusted.Certificates = selfSignedTLS(t).Certificates
+		untrusted.Certificates = selfSignedTLS(t, "stranger").Certificates
 		stranger := newTCP(t, "stranger", echo, func(c *TCPConfig) { c.TLS = untrusted })
 		_, err := stranger.Call(callCtx(t), server.Addr(), []byte("x"))
 		if !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrConnClosed) {
@@ -98,7 +99,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 		})
 	})
 	t.Run("server not trusted", func(t *testing.T) {
-		other := selfSignedTLS(t)
+		other := selfSignedTLS(t, "wary")
 		wary := newTCP(t, "wary", echo, func(c *TCPConfig) { c.TLS = other })
 		_, err := wary.Call(callCtx(t), server.Addr(), []byte("x"))
 		var unknownAuthority x509.UnknownAuthorityError
@@ -107,4 +108,60 @@ func TestTCPWithMutualTLS(t *testing.T) {
 		}
 	})
 	mustCall(t, client, server.Addr(), []byte("still serving"))
+}
+
+// With client certificates, the name in a peer's hello must be one its
+// certificate vouches for: a member cannot speak in another member's name.
+func TestTCPBindsHelloNameToCertificate(t *testing.T) {
+	noGoroutineLeak(t)
+	// The server and alice each have a self-signed certificate; both
+	// trust both.
+	serverTLS, aliceTLS := selfSignedTLS(t, "server"), selfSignedTLS(t, "alice")
+	pool := x509.NewCertPool()
+	pool.AddCert(serverTLS.Certificates[0].Leaf)
+	pool.AddCert(aliceTLS.Certificates[0].Leaf)
+	serverTLS.ClientCAs, serverTLS.RootCAs = pool, pool
+	aliceTLS.ClientCAs, aliceTLS.RootCAs = pool, pool
+	sayFrom := handlerFuncs{request: func(from string, body []byte) ([]byte, error) { return []byte(from), nil }}
+
+	log := newErrorLog()
+	server := newTCP(t, "server", sayFrom, func(c *TCPConfig) { c.TLS = serverTLS; c.OnError = log.record })
+	alice := newTCP(t, "alice", echo, func(c *TCPConfig) { c.TLS = aliceTLS })
+	if from := mustCall(t, alice, server.Addr(), []byte("x")); string(from) != "alice" {
+		t.Fatalf("handler saw %q, want alice", from)
+	}
+
+	t.Run("another name refused", func(t *testing.T) {
+		bob := newTCP(t, "bob", echo, func(c *TCPConfig) { c.TLS = aliceTLS })
+		if _, err := bob.Call(callCtx(t), server.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
+			t.Fatalf("err %v, want ErrConnClosed", err)
+		}
+		e := log.waitFor(t, ErrHandshake, ErrIdentity)
+		t.Logf("OnError(%q, %v)", e.peer, e.err)
+		if !strings.Contains(e.err.Error(), `"bob"`) || !strings.Contains(e.err.Error(), `"alice"`) {
+			t.Fatalf("the report does not name the claimed and the certified names: %v", e.err)
+		}
+		if e.peer == "bob" {
+			t.Fatal("the report names the peer by its unproven name")
+		}
+	})
+	t.Run("VerifyPeerName replaces the rule", func(t *testing.T) {
+		byCN := newTCP(t, "by-cn", sayFrom, func(c *TCPConfig) {
+			c.TLS = serverTLS
+			c.VerifyPeerName = func(name string, cert *x509.Certificate) error {
+				if name == "carol" && cert.Subject.CommonName == "lockmesh test" {
+					return nil
+				}
+				return errors.New("only carol")
+			}
+		})
+		carol := newTCP(t, "carol", echo, func(c *TCPConfig) { c.TLS = aliceTLS })
+		if from := mustCall(t, carol, byCN.Addr(), []byte("x")); string(from) != "carol" {
+			t.Fatalf("handler saw %q, want carol", from)
+		}
+		if _, err := alice.Call(callCtx(t), byCN.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
+			t.Fatalf("alice: err %v, want ErrConnClosed", err)
+		}
+	})
+	mustCall(t, alice, server.Addr(), []byte("still serving"))
 }

@@ -13,8 +13,9 @@ import "context"
 // modify it afterwards.
 type Handler interface {
 	// HandleRequest answers a Call from the node named from (the name the
-	// peer sent in its hello; it is not authenticated unless TLS client
-	// certificates are checked). Returning an error that wraps ErrRejectPeer
+	// peer sent in its hello; with TLS client certificates it is bound to
+	// the peer's certificate, see TCPConfig.VerifyPeerName, and otherwise
+	// not authenticated). Returning an error that wraps ErrRejectPeer
 	// closes the connection the request came on and sends no reply (use it
 	// for unknown peers or bad input); any other error is sent back to the
 	// caller, who receives it as a *RemoteError.

@@ -1,0 +1,305 @@
+package mesh
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lockmesh/lockmesh/quorum"
+)
+
+// Fuzz targets for every decoder of network input: the ballot messages
+// (wire.go), catch-up messages (go-msgpack, codec.go) and gossip metadata
+// (meta.go). The transport's frame decoder has its own, FuzzReadFrame.
+// Each target checks that no input panics, that a refusal wraps
+// errMalformed, that what is decoded is within the limits and no larger
+// than the input allows, that decoding allocates at most a small multiple
+// of the input, and, where the encoding is ours, that re-encoding gives
+// the same message back. Seed corpora are in testdata/fuzz/<target>/.
+//
+//	go test -run '^$' -fuzz '^FuzzDecodeRequest$' -fuzztime 2m ./mesh/
+//
+// .ci/fuzz runs each for a few seconds.
+
+// fuzzLimits are the limits the targets decode under: the defaults.
+var fuzzLimits = (&Config{}).limits()
+
+// Allocation bounds: base bytes plus so many bytes per input byte. The
+// hand-written decoders allocate at most a Go struct per encoded element
+// (an Op is about 200 bytes in memory for at least minOpBytes on the wire);
+// go-msgpack grows slices in steps and an entry is bigger still.
+const (
+	allocBase        = 64 << 10
+	allocPerByteWire = 32
+	allocPerByteGo   = 256
+	// Measuring stops the world, which would slow fuzzing tenfold: the
+	// first allocEvery inputs of a process are measured (the seed corpus
+	// among them), then one in allocSample.
+	allocEvery  = 256
+	allocSample = 16
+)
+
+var allocRuns atomic.Uint64
+
+// boundedAlloc runs decode again and fails if it allocated more than
+// allocBase + perByte*len(data) bytes.
+func boundedAlloc(t *testing.T, data []byte, perByte int, decode func()) {
+	t.Helper()
+	if n := allocRuns.Add(1); n > allocEvery && n%allocSample != 0 {
+		return
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	decode()
+	runtime.ReadMemStats(&after)
+	got := after.TotalAlloc - before.TotalAlloc
+	if limit := uint64(allocBase + perByte*len(data)); got > limit {
+		t.Fatalf("decoding %d bytes allocated %d bytes (limit %d)", len(data), got, limit)
+	}
+}
+
+// refused checks that a decoding error is one of ours.
+func refused(t *testing.T, err error) {
+	t.Helper()
+	if !errors.Is(err, errMalformed) {
+		t.Fatalf("error %v does not wrap errMalformed", err)
+	}
+}
+
+func sampleBallot(n uint64, node string) quorum.Ballot {
+	return quorum.Ballot{Counter: n, Incarnation: 1<<40 + n, Node: quorum.NodeID(node)}
+}
+
+func sampleValue(held bool) quorum.Value {
+	if !held {
+		return quorum.Value{Epoch: 7}
+	}
+	return quorum.Value{Held: true, Holder: "node-1", HolderInc: 1 << 40, Epoch: 1_700_000_000_000_000,
+		TTL: 10 * time.Second, Lease: sampleBallot(3, "node-1")}
+}
+
+// sampleRequests are requests as the proposer sends them.
+func sampleRequests() []quorum.Request {
+	batch := quorum.Request{Config: 0xfeedface, From: "node-1", To: "node-2"}
+	for i := range 40 {
+		batch.Ops = append(batch.Ops, quorum.Op{ID: uint64(i + 1), Kind: quorum.OpAccept, Key: fmt.Sprintf("leases/%d", i),
+			Ballot: sampleBallot(uint64(i), "node-1"), Inc: 99, Value: sampleValue(true), Next: sampleBallot(uint64(i+1), "node-1")})
+	}
+	return []quorum.Request{
+		{Config: 1, From: "a", To: "b", Ops: []quorum.Op{{ID: 1, Kind: quorum.OpPrepare, Key: "k", Ballot: sampleBallot(1, "a"), Watch: true, IfFree: true}}},
+		{Config: 1 << 63, From: quorum.NodeID(strings.Repeat("n", 255)), To: "b", Ops: []quorum.Op{{ID: 1 << 40, Kind: quorum.OpPeek, Key: strings.Repeat("k", 512)}}},
+		{Config: 3, From: "a", To: "b", Ops: []quorum.Op{{ID: 2, Kind: quorum.OpAccept, Key: "ключ", Ballot: sampleBallot(300, "a"), Inc: 5, Value: sampleValue(false)}}},
+		batch,
+	}
+}
+
+func sampleResponses() []quorum.Response {
+	batch := quorum.Response{Config: 0xfeedface, From: "node-2", Inc: 1 << 50}
+	for i := range 40 {
+		batch.Results = append(batch.Results, quorum.Result{ID: uint64(i + 1), OK: i%2 == 0, Reason: quorum.ReasonPromised,
+			Promised: sampleBallot(uint64(i), "node-3"), Accepted: sampleBallot(2, "node-1"), Value: sampleValue(true),
+			Remaining: time.Duration(i) * time.Second, MaxEpoch: uint64(i) << 30})
+	}
+	return []quorum.Response{
+		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusWrongConfig},
+		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusRecovering, Results: []quorum.Result{{ID: 1, Reason: quorum.ReasonNoVote}}},
+		batch,
+	}
+}
+
+func sampleNotifies() []quorum.Notify {
+	return []quorum.Notify{
+		{Config: 1, From: "b", To: "a", Keys: []string{"k"}, Promised: []uint64{3}},
+		{Config: 1 << 62, From: "node-2", To: "node-1", Keys: []string{"a", "b", strings.Repeat("c", 512)}, Promised: []uint64{0, 1, 1 << 63}},
+		{Config: 5, From: "b", To: "a"},
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	for _, r := range sampleRequests() {
+		f.Add(encodeRequest(&r))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := fuzzLimits.decodeRequest(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.decodeRequest(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		if n := len(r.Ops); n == 0 || n > fuzzLimits.maxOps || n > len(data)/minOpBytes {
+			t.Fatalf("%d operations decoded from %d bytes", n, len(data))
+		}
+		for _, op := range r.Ops {
+			if err := fuzzLimits.checkKey(op.Key); err != nil {
+				t.Fatalf("decoded an invalid key: %v", err)
+			}
+		}
+		again, err := fuzzLimits.decodeRequest(encodeRequest(r))
+		if err != nil || !reflect.DeepEqual(r, again) {
+			t.Fatalf("re-encoding changed the request: %v\n%+v\n%+v", err, r, again)
+		}
+	})
+}
+
+func FuzzDecodeResponse(f *testing.F) {
+	for _, r := range sampleResponses() {
+		f.Add(encodeResponse(&r))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := fuzzLimits.decodeResponse(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.decodeResponse(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		if n := len(r.Results); n > fuzzLimits.maxOps || n > len(data)/minResultBytes {
+			t.Fatalf("%d results decoded from %d bytes", n, len(data))
+		}
+		again, err := fuzzLimits.decodeResponse(encodeResponse(r))
+		if err != nil || !reflect.DeepEqual(r, again) {
+			t.Fatalf("re-encoding changed the response: %v\n%+v\n%+v", err, r, again)
+		}
+	})
+}
+
+func FuzzDecodeNotify(f *testing.F) {
+	for _, n := range sampleNotifies() {
+		f.Add(encodeNotify(&n))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n, err := fuzzLimits.decodeNotify(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.decodeNotify(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		if len(n.Keys)+len(n.Promised) > len(data) || len(n.Keys) > fuzzLimits.maxKeys || len(n.Promised) > fuzzLimits.maxKeys {
+			t.Fatalf("%d keys and %d ballots decoded from %d bytes", len(n.Keys), len(n.Promised), len(data))
+		}
+		for _, k := range n.Keys {
+			if err := fuzzLimits.checkKey(k); err != nil {
+				t.Fatalf("decoded an invalid key: %v", err)
+			}
+		}
+		again, err := fuzzLimits.decodeNotify(encodeNotify(n))
+		if err != nil || !reflect.DeepEqual(n, again) {
+			t.Fatalf("re-encoding changed the notification: %v\n%+v\n%+v", err, n, again)
+		}
+	})
+}
+
+func sampleMetas() []nodeMeta {
+	return []nodeMeta{
+		{RPC: "10.0.0.1:7947"},
+		{RPC: "[::1]:7947", Expect: 3},
+		{RPC: "127.0.0.1:7947", Config: 0xfeedfacecafebeef, Inc: 1795910400123456789},
+		{RPC: "h:1", Config: 1, Inc: 1},
+	}
+}
+
+func FuzzDecodeMeta(f *testing.F) {
+	for _, m := range sampleMetas() {
+		b, err := m.encode()
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := decodeMeta(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { decodeMeta(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		if len(m.RPC) > len(data) {
+			t.Fatalf("decoded an address of %d bytes from %d bytes", len(m.RPC), len(data))
+		}
+		b, err := m.encode()
+		if err != nil {
+			return // a loose input can re-encode over memberlist's limit
+		}
+		again, err := decodeMeta(b)
+		if err != nil || again.RPC != m.RPC || again.Expect != m.Expect || again.Config != m.Config || again.Inc != m.Inc {
+			t.Fatalf("re-encoding changed the metadata: %v\n%+v\n%+v", err, m, again)
+		}
+	})
+}
+
+func sampleCatchUps(t testing.TB) [][]byte {
+	var out [][]byte
+	add := func(kind byte, v any) {
+		b, err := encode(kind, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	add(kindCatchUp, &quorum.CatchUpRequest{Config: 7, From: "node-1", To: "node-2", Bucket: 3, Buckets: 64})
+	add(kindCatchUpReply, &quorum.CatchUpResponse{Config: 7, From: "node-2", To: "node-1", Inc: 1 << 40, Status: quorum.StatusRecovering, Bucket: 3})
+	reply := &quorum.CatchUpResponse{Config: 7, From: "node-2", To: "node-1", Inc: 1 << 40, Bucket: 9}
+	for i := range 20 {
+		reply.Entries = append(reply.Entries, quorum.Entry{Key: fmt.Sprintf("k%d", i), Promise: sampleBallot(uint64(i), "node-1"),
+			Accepted: sampleBallot(1, "node-3"), Value: sampleValue(i%3 == 0), MaxEpoch: uint64(i) << 20})
+	}
+	add(kindCatchUpReply, reply)
+	return out
+}
+
+// FuzzDecodeCatchUp drives both catch-up decoders (the kind byte picks
+// which accepts the input).
+func FuzzDecodeCatchUp(f *testing.F) {
+	for _, b := range sampleCatchUps(f) {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req quorum.CatchUpRequest
+		err := decode(data, kindCatchUp, &req)
+		boundedAlloc(t, data, allocPerByteGo, func() {
+			var req quorum.CatchUpRequest
+			decode(data, kindCatchUp, &req)
+		})
+		if err != nil {
+			refused(t, err)
+		}
+		resp, err := fuzzLimits.decodeCatchUpReply(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.decodeCatchUpReply(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		if n := len(resp.Entries); n > fuzzLimits.maxEntry || n > len(data)/minEntryBytes {
+			t.Fatalf("%d entries decoded from %d bytes", n, len(data))
+		}
+		for _, e := range resp.Entries {
+			if err := fuzzLimits.checkKey(e.Key); err != nil {
+				t.Fatalf("decoded an invalid key: %v", err)
+			}
+		}
+	})
+}
+
+// The smallest encodings, which bound how many elements a message of a
+// given size can announce, are what wire.go produces for zero values.
+func TestSmallestEncodings(t *testing.T) {
+	none := len(encodeRequest(&quorum.Request{}))
+	one := len(encodeRequest(&quorum.Request{Ops: make([]quorum.Op, 1)}))
+	if one-none != minOpBytes {
+		t.Errorf("a zero operation takes %d bytes, minOpBytes is %d", one-none, minOpBytes)
+	}
+	none = len(encodeResponse(&quorum.Response{}))
+	one = len(encodeResponse(&quorum.Response{Results: make([]quorum.Result, 1)}))
+	if one-none != minResultBytes {
+		t.Errorf("a zero result takes %d bytes, minResultBytes is %d", one-none, minResultBytes)
+	}
+	e1, _ := encode(kindCatchUpReply, &quorum.CatchUpResponse{})
+	e2, _ := encode(kindCatchUpReply, &quorum.CatchUpResponse{Entries: []quorum.Entry{{Key: "x"}}})
+	if d := len(e2) - len(e1); d < minEntryBytes {
+		t.Errorf("an entry with a one-byte key takes %d bytes, minEntryBytes is %d", d, minEntryBytes)
+	}
+}

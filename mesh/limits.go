@@ -1,0 +1,218 @@
+package mesh
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/lockmesh/lockmesh/quorum"
+	"github.com/lockmesh/lockmesh/transport"
+)
+
+// Limits on what is read from the network, and how their trips are told.
+//
+// Each limit, when it trips, closes the connection that carried the input,
+// is logged (rate-limited, so that a flood of bad input cannot flood the
+// log) and counts one metric:
+//
+//	limit.frame_size   a frame longer than MaxFrameSize
+//	limit.slow_frame   a frame not received whole within FrameTimeout
+//	limit.handshake    no TLS handshake and hello within HandshakeTimeout
+//	limit.inflight     MaxInflightPerConn replies left unread
+//	limit.queue        a connection's reply queue full (MaxQueuedBytes)
+//	limit.conns        MaxConnsPerPeer or MaxInboundConns reached
+//	limit.idle         a connection idle for IdleTimeout (normal; debug log)
+//	limit.ops          more than MaxOpsPerMessage operations or keys
+//	limit.key_length   a key longer than MaxKeyLength
+//	limit.depth        msgpack nested deeper than a message can be
+//
+// Refused connections count transport.refused and one of
+// transport.refused.<reason>: plaintext (a client not speaking TLS),
+// tls_unknown_ca (a certificate from another CA), tls_expired,
+// tls_bad_cert (any other certificate fault), tls_no_cert, tls_alert (the
+// peer refused our handshake), identity (a hello naming a node the
+// certificate does not), handshake (any other TLS or hello failure),
+// malformed (bad frames), rejected (the handler refused the peer: see
+// rpc.*), write_timeout, io. Refused messages count rpc.malformed,
+// rpc.unknown_peer or rpc.wrong_config.
+
+// Decoding failures that are limits, wrapped by the decoders' errors
+// (which also wrap errMalformed).
+var (
+	errTooManyOps = errors.New("too many operations or keys")
+	errKeyTooLong = errors.New("key too long")
+	errTooDeep    = errors.New("nested too deep")
+)
+
+// countLimit counts a refused message's limit, if it tripped one, and
+// returns the metric's name ("" if none).
+func (m *Mesh) countLimit(err error) string {
+	var metric string
+	switch {
+	case errors.Is(err, errTooManyOps):
+		metric = "limit.ops"
+	case errors.Is(err, errKeyTooLong):
+		metric = "limit.key_length"
+	case errors.Is(err, errTooDeep):
+		metric = "limit.depth"
+	default:
+		return ""
+	}
+	m.incr(metric, 1)
+	return metric
+}
+
+// refusal classifies an error the ballot transport reported: the metric
+// to count and a sentence for the log.
+func refusal(err error) (metric, why string) {
+	var (
+		record  tls.RecordHeaderError
+		remote  *net.OpError
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+	)
+	switch {
+	case errors.Is(err, transport.ErrIdle):
+		return "limit.idle", "closed an idle connection"
+	case errors.Is(err, transport.ErrFrameTooLarge):
+		return "limit.frame_size", "the peer sent a frame over MaxFrameSize"
+	case errors.Is(err, transport.ErrSlowFrame):
+		return "limit.slow_frame", "the peer did not send a whole frame within FrameTimeout (trickling bytes?)"
+	case errors.Is(err, transport.ErrInflightLimit):
+		return "limit.inflight", "the peer left MaxInflightPerConn replies unread"
+	case errors.Is(err, transport.ErrQueueFull):
+		return "limit.queue", "the peer left its reply queue full"
+	case errors.Is(err, transport.ErrConnLimit):
+		return "limit.conns", "too many connections (MaxConnsPerPeer or MaxInboundConns)"
+	case errors.Is(err, transport.ErrIdentity):
+		return "transport.refused.identity", "the peer's hello names a node its certificate does not name"
+	case errors.As(err, &record):
+		return "transport.refused.plaintext", "the peer does not speak TLS"
+	case errors.As(err, &unknown):
+		return "transport.refused.tls_unknown_ca", "the peer's certificate is not signed by this mesh's CA"
+	case errors.As(err, &invalid) && invalid.Reason == x509.Expired:
+		return "transport.refused.tls_expired", "the peer's certificate has expired (or is not valid yet)"
+	case errors.As(err, &invalid), errors.Is(err, errPeerCertificate):
+		return "transport.refused.tls_bad_cert", "the peer's certificate is not acceptable"
+	case errors.As(err, &remote) && remote.Op == "remote error": // crypto/tls's way to pass on the peer's alert
+		return "transport.refused.tls_alert", "the peer refused the TLS handshake: it does not trust this node's certificate"
+	case strings.Contains(errText(err), "didn't provide a certificate"):
+		return "transport.refused.tls_no_cert", "the peer presented no certificate"
+	case errors.Is(err, transport.ErrHandshake) && errors.Is(err, transport.ErrTimeout):
+		return "limit.handshake", "no TLS handshake and hello within HandshakeTimeout"
+	case errors.Is(err, transport.ErrHandshake):
+		return "transport.refused.handshake", "the connection did not open properly"
+	case errors.Is(err, transport.ErrMalformedFrame):
+		return "transport.refused.malformed", "the peer sent a malformed frame"
+	case errors.Is(err, transport.ErrRejectPeer):
+		return "transport.refused.rejected", "refused the peer's messages"
+	case errors.Is(err, transport.ErrTimeout):
+		return "transport.refused.write_timeout", "the peer stopped reading"
+	}
+	return "transport.refused.io", "the connection failed"
+}
+
+// transportRefused is the ballot transport's OnError: it counts and logs
+// each connection closed for a fault or a limit.
+func (m *Mesh) transportRefused(peer string, err error) {
+	metric, why := refusal(err)
+	m.incr(metric, 1)
+	switch metric {
+	case "limit.idle":
+		m.log.Debug("ballot connection closed", "peer", peer, "why", why)
+		return
+	case "transport.refused.rejected":
+		// The handler logged why.
+		m.incr("transport.refused", 1)
+		m.log.Debug("ballot connection closed", "peer", peer, "why", why, "error", err)
+		return
+	}
+	m.incr("transport.refused", 1)
+	if m.noisy.allow(metric + " " + hostOf(peer)) {
+		m.log.Warn("ballot connection refused", "peer", peer, "why", why, "metric", metric, "error", err)
+	}
+}
+
+// callFailed is told about every ballot call that failed. A peer whose
+// certificate this node refuses is worth a warning; the rest (timeouts,
+// peers down) are the protocol's business.
+func (m *Mesh) callFailed(addr string, err error) {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	if !errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) {
+		m.log.Debug("ballot call failed", "peer", addr, "error", err)
+		return
+	}
+	metric, why := refusal(err)
+	m.incr(metric, 1)
+	if m.noisy.allow(metric + " " + hostOf(addr)) {
+		m.log.Warn("refusing to send ballots to a peer", "peer", addr, "why", why, "metric", metric, "error", err)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// hostOf strips the port, so that rate-limiting by peer treats every
+// connection from one host alike.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// The smallest encodings of an operation and of a result (all fields zero
+// or empty): a slice for n of them is allocated before they are read, so
+// n must fit in what is left of the message, or a small message could
+// make the decoder allocate hundreds of times its size.
+// TestSmallestEncodings keeps these in step with wire.go.
+const (
+	minOpBytes     = 24
+	minResultBytes = 25
+	// minEntryBytes is the smallest catch-up entry with a key: {"k":"x"}.
+	minEntryBytes = 5
+)
+
+// fits refuses an array of n elements of at least size bytes each that
+// the rest of the message cannot hold.
+func (d *decoder) fits(n, size int) {
+	if d.err == nil && n > len(d.b)/size {
+		d.fail("array of %d elements of %d bytes or more, in %d bytes", n, size, len(d.b))
+	}
+}
+
+// entryCount is a catch-up reply's entries as zero-size values: decoding
+// into it counts them without allocating for them.
+type entryCount struct {
+	Entries []struct{} `codec:"e"`
+}
+
+// decodeCatchUpReply decodes and checks a catch-up reply. go-msgpack
+// grows a slice to whatever length the message announces and only then do
+// we see it, so the entries are counted first, into zero-size values, and
+// refused if there are more than the limit or than the message could hold.
+func (l limits) decodeCatchUpReply(body []byte) (*quorum.CatchUpResponse, error) {
+	var shape entryCount
+	if err := decode(body, kindCatchUpReply, &shape); err != nil {
+		return nil, err
+	}
+	if n := len(shape.Entries); n > l.maxEntry || n > len(body)/minEntryBytes {
+		return nil, fmt.Errorf("%w: %w: %d entries in %d bytes (limit %d)", errMalformed, errTooManyOps, n, len(body), l.maxEntry)
+	}
+	var resp quorum.CatchUpResponse
+	if err := decode(body, kindCatchUpReply, &resp); err != nil {
+		return nil, err
+	}
+	if err := l.checkCatchUpReply(&resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}

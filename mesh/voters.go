@@ -1,0 +1,421 @@
+package mesh
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lockmesh/lockmesh/quorum"
+)
+
+// Voter changes. The configuration is a register of the voters themselves
+// (package quorum, "Changing the voters"): AddVoter and RemoveVoter run a
+// change through this node's proposer and wait for it. The rest of this file
+// spreads what was decided: every node's proposer and acceptor adopt the
+// newest configuration either of them has heard of (each was chosen by a
+// majority, so adopting it is safe), gossip metadata carries its id, and a
+// node that sees a newer id on a peer fetches the configuration from it.
+
+// Configuration is a voter configuration as a node knows it.
+type Configuration struct {
+	// ID names the configuration: the mesh (fixed at its founding) and a
+	// version that every change raises.
+	ID      uint64
+	Version uint64
+	// Voters are the nodes whose majority grants locks.
+	Voters []string
+	// Pending is set while a change is being settled (keys are being
+	// moved into the new voters); Previous are then the voters before it.
+	// The next change waits for, or finishes, this one.
+	Pending  bool
+	Previous []string
+	// Retired are the nodes removed from the voters; their names never
+	// vote again in this mesh.
+	Retired []string
+}
+
+func configuration(m quorum.Membership) Configuration {
+	c := Configuration{ID: m.ID, Version: m.Version(), Pending: m.Pending}
+	for _, v := range m.Voters {
+		c.Voters = append(c.Voters, string(v))
+	}
+	for _, v := range m.Prev {
+		c.Previous = append(c.Previous, string(v))
+	}
+	for _, v := range m.Retired {
+		c.Retired = append(c.Retired, string(v))
+	}
+	return c
+}
+
+var (
+	// ErrUnknownNode: AddVoter named a node that gossip does not show
+	// alive (it must be running and joined, so that it can vote at once).
+	ErrUnknownNode = errors.New("mesh: unknown node")
+	// ErrBadVoterChange: a voter change that is not allowed: a retired
+	// name, the last voter, or another change already running on this
+	// node.
+	ErrBadVoterChange = errors.New("mesh: voter change not allowed")
+)
+
+// Voters returns the voter configuration this node knows of (the newest it
+// has heard of; another node may know a newer one for a moment).
+func (m *Mesh) Voters() (Configuration, error) {
+	v := m.current.Load()
+	if v == nil {
+		return Configuration{}, ErrNoVoters
+	}
+	return configuration(*v), nil
+}
+
+// AddVoter makes the named node a voter, and returns once the change is in
+// effect. The node must be running and joined (alive in gossip): it starts
+// voting at once, with no quarantine, because the configuration records
+// which incarnation of it was added. Any node may call it, voter or not.
+// Adding a node that is a voter already does nothing.
+//
+// A change keeps every majority of the old voters meeting every majority of
+// the new ones, so locks stay safe throughout; it moves every key into the
+// new voters (one round per key, in batches) before it returns. If ctx ends
+// or the voters cannot be reached first, the error wraps ErrNoQuorum, and
+// the change may be half made: the next AddVoter or RemoveVoter, from any
+// node, finishes it first.
+func (m *Mesh) AddVoter(ctx context.Context, name string) error {
+	inc, err := m.aliveInc(name)
+	if err != nil {
+		return err
+	}
+	return m.changeVoters(ctx, quorum.NodeID(name), inc, "")
+}
+
+// RemoveVoter removes the named node from the voters, and returns once the
+// change is in effect. The node need not be alive: this is how a mesh
+// drops a machine that is gone for good. Its name may never vote again in
+// this mesh (restart the machine under a new name to add it back). Removing
+// a node that is not a voter does nothing. Errors as for AddVoter.
+//
+// To replace a dead voter, add the new one first and then remove the dead
+// one: the mesh keeps a majority alive throughout.
+func (m *Mesh) RemoveVoter(ctx context.Context, name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: no node named", ErrBadVoterChange)
+	}
+	return m.changeVoters(ctx, "", 0, quorum.NodeID(name))
+}
+
+// aliveInc returns the incarnation gossip reports for a live node.
+func (m *Mesh) aliveInc(name string) (uint64, error) {
+	if name == m.cfg.Name {
+		return m.inc, nil
+	}
+	for _, p := range m.book.snapshot() {
+		if p.name == name {
+			if p.state != "alive" || p.meta.RPC == "" {
+				return 0, fmt.Errorf("%w: %q is %s in gossip", ErrUnknownNode, name, p.state)
+			}
+			return p.meta.Inc, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: %q has not joined the mesh", ErrUnknownNode, name)
+}
+
+func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, remove quorum.NodeID) error {
+	if err := m.waitReady(ctx); err != nil {
+		return err
+	}
+	deadline := m.clock.Now() + time.Minute
+	if d, ok := ctx.Deadline(); ok {
+		deadline = m.clock.since(d)
+	}
+	ch := make(chan outcome, 1)
+	var id quorum.OpID
+	var startErr error
+	m.drive(func(p *quorum.Proposer) {
+		id, startErr = p.ChangeVoters(add, inc, remove, deadline)
+		if startErr == nil {
+			m.waiters[id] = ch
+		}
+	})
+	what := fmt.Sprintf("adding voter %s", add)
+	if remove != "" {
+		what = fmt.Sprintf("removing voter %s", remove)
+	}
+	if startErr != nil {
+		return fmt.Errorf("%w: %s: %v", ErrBadVoterChange, what, startErr)
+	}
+	m.log.Info("voter change started", "change", what)
+	var out outcome
+	select {
+	case out = <-ch:
+	case <-m.closed:
+		return ErrClosed
+	}
+	// The change runs to its deadline even when ctx ends first; a change
+	// cannot be cancelled half way (the next one finishes it).
+	switch out.res.Outcome {
+	case quorum.Reconfigured:
+		m.log.Info("voter change done", "change", what, "voters", out.res.Members.Voters,
+			"version", out.res.Members.Version(), "keys_moved", out.res.Moved)
+		m.incr("voters.changes", 1)
+		return nil
+	case quorum.Refused:
+		return fmt.Errorf("%w: %s: %v", ErrBadVoterChange, what, out.res.Err)
+	default:
+		m.incr("voters.change_failures", 1)
+		state := "nothing was changed"
+		if out.res.Unknown {
+			state = "it may be half made; the next change, from any node, finishes it"
+		}
+		err := fmt.Errorf("%s: no majority of the voters answered in time (%s): %w", what, state, ErrNoQuorum)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (%w)", err, ctx.Err())
+		}
+		return err
+	}
+}
+
+// configChanged runs when the proposer's configuration has changed (propMu
+// held): the acceptor follows, one is made when this node has become a
+// voter, and gossip announces the new id.
+func (m *Mesh) configChanged() {
+	cur := m.prop.Membership()
+	if old := m.current.Load(); old != nil && old.ID == cur.ID {
+		return
+	}
+	m.current.Store(&cur)
+	m.accMu.Lock()
+	switch {
+	case m.acc != nil:
+		m.acc.Adopt(cur)
+	case cur.IsVoter(m.name):
+		if err := m.newAcceptor(cur); err != nil {
+			m.log.Error("cannot vote", "error", err)
+		}
+	}
+	voting := m.acc != nil && cur.IsVoter(m.name)
+	m.accMu.Unlock()
+	m.log.Info("voter configuration", "version", cur.Version(), "voters", cur.Voters, "pending", cur.Pending, "voting", voting)
+	m.gauge("voters.version", float32(cur.Version()))
+	m.metaMu.Lock()
+	m.meta.Config = cur.ID
+	m.metaMu.Unlock()
+	if m.ml != nil {
+		go m.publishMeta()
+	}
+	m.kickTimer()
+}
+
+// newAcceptor makes this node's acceptor for configuration vs (accMu
+// held). The incarnation a change added starts voting at once, empty; any
+// other starts in quarantine and catches up, as after a restart.
+func (m *Mesh) newAcceptor(vs quorum.Membership) error {
+	timing := m.cfg.Timing
+	timing.TTL = m.cfg.maxTTL()
+	inc, joined := vs.JoinedAs(m.name)
+	fresh := joined && inc == m.inc
+	acc, err := quorum.NewAcceptor(quorum.AcceptorConfig{
+		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
+		MaxTTL: m.cfg.maxTTL(), Quarantine: timing.Quarantine(),
+		CatchUpBuckets: 64, RetryInterval: 2 * m.cfg.roundTimeout(),
+		HandoffGrace: 2 * m.cfg.roundTimeout(), Fresh: fresh,
+	})
+	if err != nil {
+		return err
+	}
+	m.acc = acc
+	if fresh {
+		m.log.Info("voting: added to the voters", "voters", vs.Voters)
+	} else {
+		m.log.Info("voting after a quarantine", "quarantine", timing.Quarantine(), "voters", vs.Voters)
+	}
+	return nil
+}
+
+// acceptorAdopted hands a configuration the acceptor adopted on its own (a
+// push, or a catch-up answer) to the proposer. Called without locks.
+func (m *Mesh) acceptorAdopted() {
+	m.accMu.Lock()
+	if m.acc == nil {
+		m.accMu.Unlock()
+		return
+	}
+	am := m.acc.Membership()
+	m.accMu.Unlock()
+	if cur := m.current.Load(); cur != nil && cur.Newer(am) {
+		m.drive(func(p *quorum.Proposer) { p.Adopt(am) })
+	}
+}
+
+// learn adopts a configuration another node reported, if newer.
+func (m *Mesh) learn(vs quorum.Membership) {
+	if cur := m.current.Load(); cur != nil && cur.Newer(vs) {
+		m.drive(func(p *quorum.Proposer) { p.Adopt(vs) })
+	}
+}
+
+// fetchConfig asks a peer for its voter configuration.
+func (m *Mesh) fetchConfig(ctx context.Context, peer string) (quorum.Membership, error) {
+	addr, ok := m.book.rpcAddr(peer)
+	if !ok {
+		return quorum.Membership{}, fmt.Errorf("%w: %q", ErrUnknownNode, peer)
+	}
+	reply, err := m.tr.Call(ctx, addr, []byte{kindConfigFetch})
+	if err != nil {
+		return quorum.Membership{}, err
+	}
+	var vs quorum.Membership
+	if err := decode(reply, kindConfigReply, &vs); err != nil {
+		return quorum.Membership{}, err
+	}
+	if err := vs.Validate(); err != nil {
+		return quorum.Membership{}, fmt.Errorf("%w: %v", errMalformed, err)
+	}
+	return vs, nil
+}
+
+// learnFrom fetches a peer's configuration, which gossip says is newer than
+// ours, and adopts it. One fetch per peer and id at a time.
+func (m *Mesh) learnFrom(peer string, id uint64) {
+	key := fetchKey{peer, id}
+	m.fetchMu.Lock()
+	if m.fetching[key] {
+		m.fetchMu.Unlock()
+		return
+	}
+	m.fetching[key] = true
+	m.fetchMu.Unlock()
+	defer func() {
+		m.fetchMu.Lock()
+		delete(m.fetching, key)
+		m.fetchMu.Unlock()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
+	defer cancel()
+	vs, err := m.fetchConfig(ctx, peer)
+	if err != nil {
+		m.log.Debug("fetching a newer voter configuration", "peer", peer, "error", err)
+		return
+	}
+	m.learn(vs)
+}
+
+type fetchKey struct {
+	peer string
+	id   uint64
+}
+
+// sendPushes delivers configurations to nodes that are behind (propMu
+// held).
+func (m *Mesh) sendPushes(pushes []quorum.ConfigPush) {
+	for i := range pushes {
+		p := &pushes[i]
+		if p.To == m.name {
+			continue // this node's acceptor follows in configChanged
+		}
+		addr, ok := m.book.rpcAddr(string(p.To))
+		if !ok {
+			continue
+		}
+		body, err := encode(kindPush, p)
+		if err != nil {
+			continue
+		}
+		m.incr("messages.sent", 1)
+		_ = m.tr.Send(addr, body)
+	}
+}
+
+// sendLists asks old voters for their keys during a change (propMu held).
+func (m *Mesh) sendLists(lists []quorum.CatchUpRequest) {
+	for i := range lists {
+		req := lists[i]
+		if req.To == m.name {
+			m.accMu.Lock()
+			var resp *quorum.CatchUpResponse
+			if m.acc != nil {
+				resp = m.acc.HandleCatchUp(&req)
+			} else {
+				resp = quorum.NoAcceptorCatchUp(m.prop.Membership(), m.name, m.inc, &req)
+			}
+			m.accMu.Unlock()
+			go m.drive(func(p *quorum.Proposer) { p.HandleListResponse(resp) })
+			continue
+		}
+		addr, ok := m.book.rpcAddr(string(req.To))
+		if !ok {
+			continue
+		}
+		body, err := encode(kindCatchUp, &req)
+		if err != nil {
+			continue
+		}
+		go m.listCall(addr, req.To, body)
+	}
+}
+
+func (m *Mesh) listCall(addr string, to quorum.NodeID, body []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
+	defer cancel()
+	reply, err := m.tr.Call(ctx, addr, body)
+	if err != nil {
+		return
+	}
+	resp, err := m.lim.decodeCatchUpReply(reply)
+	if err != nil || resp.From != to {
+		m.incr("rpc.malformed", 1)
+		m.log.Warn("bad key listing", "peer", addr, "error", err)
+		return
+	}
+	m.drive(func(p *quorum.Proposer) { p.HandleListResponse(resp) })
+}
+
+// handlePush adopts a configuration another node pushed.
+func (m *Mesh) handlePush(from string, body []byte) {
+	var push quorum.ConfigPush
+	if err := decode(body, kindPush, &push); err != nil || string(push.From) != from || push.Members.Validate() != nil {
+		m.incr("rpc.malformed", 1)
+		m.log.Warn("ignoring a malformed configuration push", "peer", from, "error", err)
+		return
+	}
+	m.learn(push.Members)
+}
+
+// handleConfigFetch answers a peer asking for this node's configuration.
+func (m *Mesh) handleConfigFetch() ([]byte, error) {
+	cur := m.current.Load()
+	if cur == nil {
+		return nil, ErrNoVoters
+	}
+	return encode(kindConfigReply, cur)
+}
+
+// checkPeerConfig looks at the configuration id a peer announces in
+// gossip: a newer one of this mesh is fetched; one of another mesh is
+// reported (once a minute per peer), never adopted.
+func (m *Mesh) checkPeerConfig(peer string, id uint64) {
+	cur := m.current.Load()
+	if cur == nil || id == 0 || id == cur.ID {
+		return
+	}
+	other := quorum.Membership{ID: id}
+	switch {
+	case other.Cluster() != cur.Cluster():
+		if m.noisy.allow("other mesh " + peer) {
+			m.log.Warn("a node gossiping with us belongs to another mesh (founded by other voters); ignoring its configuration",
+				"peer", peer, "theirs", id, "ours", cur.ID)
+		}
+	case other.Version() > cur.Version():
+		go m.learnFrom(peer, id)
+	}
+}
+
+// userKey checks a key a caller passed: one the limits allow, and not one
+// of the mesh's own registers (those start with a zero byte).
+func (m *Mesh) userKey(key string) error {
+	if strings.HasPrefix(key, "\x00") {
+		return fmt.Errorf("%w: keys starting with a zero byte are the mesh's own", errMalformed)
+	}
+	return m.lim.checkKey(key)
+}
