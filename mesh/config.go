@@ -80,6 +80,15 @@ type Config struct {
 	// (DefaultConfig) or 1s (DefaultLocalConfig); negative disables it.
 	RejoinInterval time.Duration
 
+	// Autopilot, when set, replaces dead voters and keeps the voter count
+	// at a target without an operator (see AutopilotConfig). Set the same
+	// on every node that may vote. Nil: voters change only by AddVoter and
+	// RemoveVoter.
+	Autopilot *AutopilotConfig
+	// NoVote keeps this node from ever being made a voter by the
+	// autopilot (AddVoter still can).
+	NoVote bool
+
 	// MaxKeyLength bounds a lock key in bytes, here and in every message
 	// received (a longer one is refused, counted in limit.key_length).
 	// Zero means 512.
@@ -264,6 +273,9 @@ func (c *Config) Validate() error {
 	if rt := c.roundTimeout(); rt <= 0 || rt >= c.Timing.HolderTTL()-c.Timing.NoticeMargin {
 		return fmt.Errorf("%w: round timeout %v leaves no time to renew a lease of %v (notice %v)",
 			ErrInvalidConfig, rt, c.Timing.HolderTTL(), c.Timing.NoticeMargin)
+	}
+	if err := c.Autopilot.validate(); err != nil {
+		return err
 	}
 	if c.MaxKeyLength < 0 || c.MaxOpsPerMessage < 0 || c.MaxFrameSize < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)

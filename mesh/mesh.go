@@ -115,9 +115,10 @@ func New(cfg *Config) (*Mesh, error) {
 			return nil, err
 		}
 	}
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.timerLoop()
 	go m.rejoinLoop()
+	go m.autopilotLoop()
 	if len(c.Seeds) > 0 {
 		if _, err := m.ml.Join(c.Seeds); err != nil {
 			m.log.Warn("no seed answered yet; retrying in the background", "seeds", c.Seeds, "error", err)
@@ -152,6 +153,7 @@ func (m *Mesh) startTransport() error {
 	m.meta.RPC = m.tr.Addr()
 	m.meta.Expect = m.cfg.BootstrapExpect
 	m.meta.Inc = m.inc
+	m.meta.NoVote = m.cfg.NoVote
 	return nil
 }
 

@@ -19,6 +19,8 @@ type nodeMeta struct {
 	// Inc is the node's incarnation (a new one at every start): the one a
 	// voter change records when it adds this node.
 	Inc uint64 `codec:"inc,omitempty"`
+	// NoVote: the autopilot must not make this node a voter.
+	NoVote bool `codec:"nv,omitempty"`
 }
 
 func (m nodeMeta) encode() ([]byte, error) {
