@@ -1,36 +1,65 @@
 // Package faulttest runs lockmesh nodes as separate OS processes and does to
-// them what production does: kill -9, SIGSTOP past the lease TTL, network
-// partitions between network namespaces (symmetric, one-way, and longer than
-// memberlist's dead-node gossip window), rolling and full restarts, and a
-// slow, lossy network. Clients drive the nodes throughout; every operation
-// is recorded with its start and end time, its result and its token, and the
-// history is checked at the end of each scenario:
+// them what production does, while clients lock through every node. Each
+// scenario ends by checking the whole history it recorded (every operation
+// with its start and end, its result and its token):
 //
 //   - linearizability per key (porcupine), against a model of what a client
-//     of the mesh can observe;
-//   - exclusion: no two holders of a key in overlapping intervals (from the
-//     grant to the deadline the holder's Lease reported);
+//     of the mesh can observe (see register in check_test.go);
+//   - exclusion: no two holders of a key in overlapping intervals, from the
+//     grant to the deadline the holder's Lease reported (to the release, for
+//     a lease released earlier);
 //   - tokens strictly increasing per key, in the order of the grants;
-//   - a fenced resource (lease.Fence, in the test process; nodes report their
-//     writes with their token) that never accepted a lower token.
+//   - a fenced resource (lease.Fence, in the test process: nodes report
+//     each write with its token) that never admitted a lower token.
 //
-// The suite is opt-in: each scenario skips unless LOCKMESH_FAULTS=1.
+// The scenarios:
+//
+//   - TestKillHolder: kill -9 of a holder (a non-voter, then a voter) while
+//     another node waits: the waiter holds the key within the TTL plus a
+//     small bound, with a higher token.
+//   - TestPausedHolderIsFenced: SIGSTOP of a holder for two TTLs; another
+//     node takes the key; after SIGCONT the holder reports the lease lost and
+//     the write it had decided on is refused by the fence.
+//   - TestPartition: five voters in network namespaces; {a,b} cut from
+//     {c,d,e} both ways, one way each, a → c only, and both ways for longer
+//     than memberlist's dead-node gossip window (shortened to 3s in the
+//     nodes). The minority grants nothing, the majority takes a's key only
+//     after a's lease ended, and after healing the mesh is whole and the
+//     minority grants again, with nothing restarted.
+//   - TestRollingRestart: each voter in turn leaves and starts again: no
+//     double grant, increasing tokens, bounded waits for the other clients.
+//   - TestFullRestart: every node killed at once and started again: tokens
+//     afterwards exceed every token before.
+//   - TestSlowNetwork: delay, jitter and loss between namespaces (tc netem,
+//     or where the kernel has none, a relaying proxy): still safe; latencies
+//     reported.
+//   - TestChecksCatchBrokenHistories: each check fails on a history broken
+//     the way it guards against (this one starts no process and always
+//     runs).
+//
+// The suite is opt-in: the scenarios skip unless LOCKMESH_FAULTS=1.
 //
 //	LOCKMESH_FAULTS=1 go test -race -v ./mesh/faulttest
 //
 // The nodes are cmd/faultnode, built once per test run (with -race when the
-// tests run with -race) and driven with the JSON lines of
-// internal/control over stdin and stdout. Scenarios that cut the network
-// need root and iproute2 (network namespaces, veth pairs, a bridge); without
-// them they skip and say so, and the others still run on loopback. Partitions
-// are made by pointing a node's neighbour entry for a peer at a MAC address
-// nobody has: frames are dropped silently, one direction at a time, with
-// neither iptables nor nftables. The slow network uses tc netem where the
-// kernel has it, and otherwise a delaying, dropping UDP and TCP proxy
-// (faultnode proxy) in a namespace of its own; the test log says which ran.
+// tests run with -race; a data race reported in a node's log fails the
+// test) and driven over stdin and stdout with the JSON lines of
+// internal/control. Times are the machine's CLOCK_MONOTONIC, shared by every
+// process. Scenarios that cut the network need root and iproute2 (network
+// namespaces, veth pairs, a bridge); without them they skip and say so, and
+// the others still run on loopback. A cut points a node's neighbour entry
+// for a peer at a MAC address nobody has: frames are dropped silently, one
+// direction at a time, with neither iptables nor nftables. Namespaces and
+// links are named after the test process id (lockmesh-PID-*, lmPIDt*), removed
+// by the test's cleanup even when it fails, and leftovers of earlier runs
+// whose process is gone are removed before a new network is built.
 //
-// Namespaces and links are named after the test process id (lockmesh-PID-*,
-// lmPIDt*), removed by the test's cleanup even when it fails, and leftovers
-// of earlier runs whose process is gone are removed before a new network is
-// built.
+// A scenario is a test that builds a cluster (newCluster: voters, nodes that
+// do not vote, timers, optionally a netlab), starts background clients
+// (startClients), applies its faults through the cluster (kill, leave,
+// start, proc().signal) or the lab (cut, split, heal), and ends with
+// finish, which stops every node and runs the checks. A node that joins the
+// mesh later without being a voter is cluster.addNode; a scenario that
+// changes the voter configuration adds its own request to the control
+// protocol and cmd/faultnode.
 package faulttest

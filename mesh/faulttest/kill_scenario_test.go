@@ -82,6 +82,7 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"p"}})
 	cl := c.startClients(workload{keys: []string{"k1", "k2"}}, c.nodes...)
 	const key = "fenced"
+	var takeovers, notices []time.Duration
 	for _, r := range []struct{ holder, waiter string }{{"a", "b"}, {"p", "c"}} {
 		holder, waiter := c.node(r.holder), c.node(r.waiter)
 		got := c.do(holder, scripted, control.Request{Op: control.OpAcquire, Key: key, TimeoutMS: 5000})
@@ -140,6 +141,8 @@ func TestPausedHolderIsFenced(t *testing.T) {
 		if g.How != control.EndLost {
 			t.Errorf("the resumed %s reports its lease on %q %s, want %s", r.holder, key, g.How, control.EndLost)
 		}
+		takeovers = append(takeovers, time.Duration(w.r.At-stoppedAt))
+		notices = append(notices, time.Duration(g.Reported-resumedAt))
 		if g.End >= w.r.At {
 			t.Errorf("%s was granted %q at %d, before the stopped holder's deadline %d", r.waiter, key, w.r.At, g.End)
 		}
@@ -157,5 +160,5 @@ func TestPausedHolderIsFenced(t *testing.T) {
 	}
 	cl.stop()
 	s := c.finish()
-	t.Logf("figures: pause: %d ops checked", s.ops)
+	t.Logf("figures: pause: %d ops checked; takeover after SIGSTOP %v; loss reported after SIGCONT %v", s.ops, takeovers, notices)
 }

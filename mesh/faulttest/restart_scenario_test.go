@@ -124,6 +124,7 @@ func TestFullRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("every node killed and started again; the mesh is whole %v after the starts", took.Round(time.Millisecond))
+	keepWorking(t, c, cl)
 	// The clients go on: wait for grants of every key after the restart.
 	keys := []string{"k1", "k2"}
 	deadline := time.Now().Add(30 * time.Second)

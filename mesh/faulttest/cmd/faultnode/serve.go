@@ -94,7 +94,7 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return s.leave(0)
+			return s.leave(0, &wg)
 		case line, ok = <-lines:
 		}
 		if !ok {
@@ -112,8 +112,7 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 			continue
 		}
 		if req.Op == control.OpLeave {
-			wg.Wait()
-			return s.leave(req.ID)
+			return s.leave(req.ID, &wg)
 		}
 		wg.Add(1)
 		go func() {
@@ -128,7 +127,10 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 	}
 }
 
-func (s *server) leave(id uint64) int {
+// leave releases every lease, leaves the mesh and shuts down; requests in
+// progress then end (with ErrClosed), and every lease's end is reported
+// before the reply.
+func (s *server) leave(id uint64, inProgress *sync.WaitGroup) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.mu.Lock()
@@ -141,7 +143,8 @@ func (s *server) leave(id uint64) int {
 		s.noteRelease(l)
 	}
 	err := s.m.Leave(ctx)
-	s.ends.Wait() // every lease's end is reported before the reply
+	inProgress.Wait()
+	s.ends.Wait()
 	r := control.Reply{ID: id, At: control.Now()}
 	if err != nil && !errors.Is(err, mesh.ErrClosed) {
 		r.Err, r.Msg = code(err), err.Error()
