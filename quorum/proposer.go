@@ -268,6 +268,8 @@ type Proposer struct {
 	idle   []idleKey // keys with fast-path state and nothing else, oldest first
 	nidle  int       // how many keys are idle (idle may hold stale entries)
 
+	srtt, rttvar time.Duration // how long phases take (roundTimer)
+
 	renewAt    time.Duration // when the renewal timer fires
 	renewArmed bool
 	renewGen   uint64

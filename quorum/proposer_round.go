@@ -79,7 +79,8 @@ type op struct {
 	phase       phase
 	rid         uint64 // wire id of the round in flight
 	ballot      Ballot
-	next        Ballot // accept: promised next
+	phaseAt     time.Duration // when the phase in flight began
+	next        Ballot        // accept: promised next
 	t0          time.Duration
 	timerGen    uint64
 	votes       tally
@@ -204,7 +205,42 @@ func (p *Proposer) newRound(x *op) {
 	x.msgs = 0
 	x.replies = x.replies[:0]
 	x.timerGen++
-	p.arm(timer{at: p.clock.Now() + p.cfg.RoundTimeout, kind: timerRound, op: x, gen: x.timerGen})
+	x.phaseAt = p.clock.Now()
+	wait := p.cfg.RoundTimeout
+	if x.kind == kindRenew {
+		wait = p.roundTimer()
+	}
+	p.arm(timer{at: x.phaseAt + wait, kind: timerRound, op: x, gen: x.timerGen})
+}
+
+// roundTimer is how long a renewal waits for its majority before it is
+// tried again: RoundTimeout, or longer when phases have been taking longer
+// (an overloaded node, a renewal batch of many thousand leases), up to
+// 8×RoundTimeout, as TCP sizes its retransmission timer. A renewal has time
+// (it starts a third of the way into its lease), and retrying sooner than
+// answers can come would only double the load that made them slow: every
+// lease of the batch would time out at once and go back to a two-phase
+// round. (Only the wait adapts: how late a round may still send its
+// accepts does not. Acquires keep RoundTimeout: a lost round of theirs
+// costs one key, not a batch.)
+func (p *Proposer) roundTimer() time.Duration {
+	rto := p.srtt + 4*p.rttvar
+	return min(max(rto, p.cfg.RoundTimeout), 8*p.cfg.RoundTimeout)
+}
+
+// observeRTT feeds how long a phase took to reach its majority into the
+// round timer.
+func (p *Proposer) observeRTT(d time.Duration) {
+	if p.srtt == 0 {
+		p.srtt, p.rttvar = d, d/2
+		return
+	}
+	diff := p.srtt - d
+	if diff < 0 {
+		diff = -diff
+	}
+	p.rttvar = (3*p.rttvar + diff) / 4
+	p.srtt = (7*p.srtt + d) / 8
 }
 
 // quorumOf is the configuration whose majority decides: always the voter
@@ -439,6 +475,7 @@ func highest(replies []reply) (Value, Ballot) {
 }
 
 func (p *Proposer) roundWon(x *op) {
+	p.observeRTT(p.clock.Now() - x.phaseAt)
 	switch x.phase {
 	case phasePrepare:
 		p.decide(x)

@@ -19,6 +19,9 @@ const help = `commands, one per line:
   release KEY   release KEY (taken by this process)
   holder KEY    ask a majority of the voters who holds KEY
   status        this node's view: members, voters, leases, counters
+  voters        the voter configuration this node knows
+  add-voter N   make node N (running and joined) a voter; waits until done
+  remove-voter N  remove node N from the voters (alive or gone for good)
   leave         release every lease, leave the mesh and exit
   quit          stop at once without releasing (like a crash) and exit
   help          this text`
@@ -27,6 +30,7 @@ const help = `commands, one per line:
 var arity = map[string]int{
 	"acquire": 1, "try": 1, "release": 1, "holder": 1,
 	"status": 0, "leave": 0, "quit": 0, "help": 0,
+	"voters": 0, "add-voter": 1, "remove-voter": 1,
 }
 
 // leaveTimeout bounds a graceful leave.
@@ -118,6 +122,9 @@ func (n *node) exec(ctx context.Context, line string) (code int, exit bool) {
 	case len(args) != want && want == 0:
 		n.out.error(cmd, errorf("usage", "%s takes no argument", cmd))
 		return 0, false
+	case len(args) != want && strings.HasSuffix(cmd, "-voter"):
+		n.out.error(cmd, errorf("usage", "usage: %s NODE", cmd))
+		return 0, false
 	case len(args) != want:
 		n.out.error(cmd, errorf("usage", "usage: %s KEY", cmd))
 		return 0, false
@@ -132,6 +139,10 @@ func (n *node) exec(ctx context.Context, line string) (code int, exit bool) {
 	case "status":
 		st := n.m.Status()
 		n.out.emit(event{Event: "status", Status: &st})
+	case "voters":
+		n.voters()
+	case "add-voter", "remove-voter":
+		n.changeVoters(cmd, args[0])
 	case "help":
 		n.out.emit(event{Event: "help", Message: help})
 	case "leave":
@@ -155,7 +166,7 @@ func (n *node) acquire(ctx context.Context, key string, wait bool) *mesh.Lease {
 	_, dup := n.leases[key]
 	n.mu.Unlock()
 	if dup {
-		n.out.error(op, errorf("already_held", "%q is already held by this process", key))
+		n.out.errorOn(op, key, errorf("already_held", "%q is already held by this process", key))
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.wait)
@@ -173,7 +184,7 @@ func (n *node) acquire(ctx context.Context, key string, wait bool) *mesh.Lease {
 		err = fmt.Errorf("no grant within -wait %v (the key stayed held, or no majority of the voters answered): %w", n.wait, err)
 	}
 	if err != nil {
-		n.out.error(op, err)
+		n.out.errorOn(op, key, err)
 		return nil
 	}
 	h := &held{l: l, reported: make(chan struct{})}
@@ -210,7 +221,7 @@ func (n *node) release(key string) {
 	h := n.leases[key]
 	n.mu.Unlock()
 	if h == nil {
-		n.out.error("release", errorf("not_held", "%q is not held by this process", key))
+		n.out.errorOn("release", key, errorf("not_held", "%q is not held by this process", key))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
@@ -218,7 +229,7 @@ func (n *node) release(key string) {
 	err := h.l.Release(ctx)
 	<-h.reported // the lease ends at once, whatever Release returns
 	if err != nil {
-		n.out.error("release", err)
+		n.out.errorOn("release", key, err)
 	}
 }
 
@@ -230,7 +241,7 @@ func (n *node) holder(ctx context.Context, key string) {
 		err = fmt.Errorf("no answer within -wait %v (no majority of the voters answered): %w", n.wait, err)
 	}
 	if err != nil {
-		n.out.error("holder", err)
+		n.out.errorOn("holder", key, err)
 		return
 	}
 	n.out.emit(event{Event: "holder", Key: key, Held: &h.Held, Holder: h.Node, Token: h.Token})
@@ -286,4 +297,32 @@ func (n *node) hold(ctx context.Context, key string, d time.Duration) int {
 	case <-ctx.Done(): // the signal: leaving releases the key
 	}
 	return n.leave()
+}
+
+// voters prints the voter configuration this node knows.
+func (n *node) voters() {
+	c, err := n.m.Voters()
+	if err != nil {
+		n.out.error("voters", err)
+		return
+	}
+	n.out.emit(event{Event: "voters", Voters: c.Voters, Version: c.Version, Pending: c.Pending, Retired: c.Retired})
+}
+
+// changeVoters adds or removes a voter and waits until the change is in
+// effect (or fails).
+func (n *node) changeVoters(cmd, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var err error
+	if cmd == "add-voter" {
+		err = n.m.AddVoter(ctx, name)
+	} else {
+		err = n.m.RemoveVoter(ctx, name)
+	}
+	if err != nil {
+		n.out.error(cmd, err)
+		return
+	}
+	n.voters()
 }

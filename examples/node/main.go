@@ -35,6 +35,7 @@ type options struct {
 	name     string
 	bind     string
 	rpc      string
+	rpcAdv   string
 	seeds    string
 	voters   string
 	expect   int
@@ -53,6 +54,7 @@ func parseFlags() options {
 	flag.StringVar(&o.name, "name", host, "node name: unique in the mesh, stable across restarts")
 	flag.StringVar(&o.bind, "bind", "127.0.0.1:7946", "gossip address host:port (port 0: a free one)")
 	flag.StringVar(&o.rpc, "rpc", "", "ballot address host:port (default: the gossip host, next port)")
+	flag.StringVar(&o.rpcAdv, "rpc-advertise", "", "ballot address host:port peers are told to dial (default: the -rpc address; for NAT or a proxy)")
 	flag.StringVar(&o.seeds, "seeds", "", "comma-separated gossip addresses of nodes to join")
 	flag.StringVar(&o.voters, "voters", "", "comma-separated names of the voters (the same on every node)")
 	flag.IntVar(&o.expect, "bootstrap-expect", 0, "instead of -voters: be a voter and wait for this many (1, 3, 5 or 7)")
@@ -129,6 +131,7 @@ func buildConfig(o options) (*mesh.Config, error) {
 	cfg.BindAddr = ip.String()
 	cfg.BindPort = port
 	cfg.RPCAddr = o.rpc
+	cfg.RPCAdvertise = o.rpcAdv
 	cfg.Seeds = list(o.seeds)
 	cfg.Voters = list(o.voters)
 	cfg.BootstrapExpect = o.expect

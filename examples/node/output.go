@@ -36,6 +36,9 @@ type event struct {
 	Expect   int          `json:"bootstrap_expect,omitempty"`
 	TTL      string       `json:"ttl,omitempty"`
 	Status   *mesh.Status `json:"status,omitempty"`
+	Version  uint64       `json:"version,omitempty"` // voters
+	Pending  bool         `json:"pending,omitempty"` // voters
+	Retired  []string     `json:"retired,omitempty"` // voters
 }
 
 // printer writes events to stdout, one at a time.
@@ -67,8 +70,13 @@ func (p *printer) emit(e event) {
 }
 
 // error reports a failed operation op.
-func (p *printer) error(op string, err error) {
-	e := event{Event: "error", Op: op, Code: errorCode(err), Message: err.Error()}
+func (p *printer) error(op string, err error) { p.errorOn(op, "", err) }
+
+// errorOn reports a failed operation op on key, naming the key so that a
+// script can tell which of its commands failed (a release's error comes
+// after its "released" line).
+func (p *printer) errorOn(op, key string, err error) {
+	e := event{Event: "error", Op: op, Key: key, Code: errorCode(err), Message: err.Error()}
 	var locked *mesh.LockedError
 	if errors.As(err, &locked) {
 		e.Key, e.Holder, e.Token = locked.Key, locked.Holder, locked.Token
@@ -92,6 +100,10 @@ func errorCode(err error) string {
 		return "closed"
 	case errors.Is(err, mesh.ErrInvalidKey):
 		return "invalid_key"
+	case errors.Is(err, mesh.ErrUnknownNode):
+		return "unknown_node"
+	case errors.Is(err, mesh.ErrBadVoterChange):
+		return "change_refused"
 	case errors.Is(err, mesh.ErrInvalidOption), errors.Is(err, mesh.ErrInvalidConfig):
 		return "invalid"
 	case errors.Is(err, context.DeadlineExceeded):
@@ -144,6 +156,15 @@ func text(e event) string {
 		return fmt.Sprintf("%q is free (last token %d, granted to %s)", e.Key, e.Token, e.Holder)
 	case "status":
 		return statusText(e.Status)
+	case "voters":
+		s := fmt.Sprintf("voters %s (version %d)", strings.Join(e.Voters, ","), e.Version)
+		if e.Pending {
+			s += ", a change is being settled"
+		}
+		if len(e.Retired) > 0 {
+			s += "; removed for good: " + strings.Join(e.Retired, ",")
+		}
+		return s
 	case "error":
 		return fmt.Sprintf("error: %s: %s", e.Op, e.Message)
 	case "left":
