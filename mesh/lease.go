@@ -178,6 +178,9 @@ func (m *Mesh) TryAcquire(ctx context.Context, key string, opts ...AcquireOption
 }
 
 func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lease, error) {
+	if m.isClosed() {
+		return nil, ErrClosed
+	}
 	if err := m.userKey(key); err != nil {
 		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidKey, key, err)
 	}

@@ -406,7 +406,15 @@ func (d *decoder) ballot() quorum.Ballot {
 
 // fields reads an array header of lo or hi elements.
 func (d *decoder) fields(lo, hi int) int {
-	n := d.array(-1, hi)
+	c := byte(0)
+	if len(d.b) > 0 {
+		c = d.b[0]
+	}
+	if c&0xf0 != 0x90 {
+		d.fail("array of %d or %d fields expected, found 0x%02x", lo, hi, c)
+		return 0
+	}
+	n := d.array(-1, 15) // a fixarray: never more
 	if d.err == nil && n != lo && n != hi {
 		d.fail("array of %d where %d or %d was expected", n, lo, hi)
 	}

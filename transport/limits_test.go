@@ -99,7 +99,7 @@ func TestTCPSlowFrameIsCutOff(t *testing.T) {
 	}
 	t.Run("large frames in time are fine", func(t *testing.T) {
 		noGoroutineLeak(t)
-		short := func(c *TCPConfig) { c.FrameTimeout = 2 * time.Second }
+		short := func(c *TCPConfig) { c.FrameTimeout = 5 * time.Second }
 		server := newTCP(t, "server", echo, short)
 		client := newTCP(t, "client", echo, short)
 		body := bytes.Repeat([]byte("z"), 1<<20) // arrives in many reads, both ways
@@ -160,26 +160,23 @@ func TestTCPInflightLimit(t *testing.T) {
 	noGoroutineLeak(t)
 	big := bytes.Repeat([]byte("r"), 256<<10)
 	var handled atomic.Int64
-	log := newErrorLog()
-	server := newTCP(t, "server", handlerFuncs{request: func(from string, body []byte) ([]byte, error) {
+	handler := handlerFuncs{request: func(from string, body []byte) ([]byte, error) {
 		handled.Add(1)
 		if string(body) == "big" {
 			return big, nil
 		}
 		return body, nil
-	}}, func(c *TCPConfig) {
-		c.MaxInflightPerConn = 2
-		c.WriteTimeout = 200 * time.Millisecond
-		c.OnError = log.record
-	})
+	}}
 
 	t.Run("a peer that reads only slows down", func(t *testing.T) {
+		// A generous WriteTimeout: a loaded machine must not fail this.
+		server := newTCP(t, "server", handler, func(c *TCPConfig) { c.MaxInflightPerConn = 2 })
 		client := newTCP(t, "client", echo, nil)
 		var wg sync.WaitGroup
-		errs := make(chan error, 16)
-		for range 16 {
+		errs := make(chan error, 8)
+		for range 8 {
 			wg.Go(func() {
-				for range 20 {
+				for range 10 {
 					if _, err := client.Call(callCtx(t), server.Addr(), []byte("big")); err != nil {
 						errs <- err
 						return
@@ -195,6 +192,12 @@ func TestTCPInflightLimit(t *testing.T) {
 	})
 
 	t.Run("a peer that does not read is cut off", func(t *testing.T) {
+		log := newErrorLog()
+		server := newTCP(t, "server", handler, func(c *TCPConfig) {
+			c.MaxInflightPerConn = 2
+			c.WriteTimeout = 200 * time.Millisecond
+			c.OnError = log.record
+		})
 		before := handled.Load()
 		raw := dialRaw(t, server.Addr())
 		// Shrink our receive window so the kernel holds few replies for us.
