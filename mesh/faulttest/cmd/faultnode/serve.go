@@ -87,14 +87,23 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 			fmt.Fprintf(os.Stderr, "faultnode: reading requests: %v\n", err)
 		}
 	}()
+	// Requests run under reqCtx: leaving cancels them first, as an
+	// application stops its work before it leaves.
+	reqCtx, cancelRequests := context.WithCancel(ctx)
+	defer cancelRequests()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	stopRequests := func() {
+		cancelRequests()
+		wg.Wait()
+	}
 	for {
 		var line []byte
 		var ok bool
 		select {
 		case <-ctx.Done():
-			return s.leave(0, &wg)
+			stopRequests()
+			return s.leave(0)
 		case line, ok = <-lines:
 		}
 		if !ok {
@@ -112,12 +121,13 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 			continue
 		}
 		if req.Op == control.OpLeave {
-			return s.leave(req.ID, &wg)
+			stopRequests()
+			return s.leave(req.ID)
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, then := s.handle(ctx, req)
+			r, then := s.handle(reqCtx, req)
 			r.ID = req.ID
 			s.reply(r)
 			if then != nil {
@@ -127,10 +137,12 @@ func (s *server) serve(ctx context.Context, in io.Reader) int {
 	}
 }
 
-// leave releases every lease, leaves the mesh and shuts down; requests in
-// progress then end (with ErrClosed), and every lease's end is reported
-// before the reply.
-func (s *server) leave(id uint64, inProgress *sync.WaitGroup) int {
+// leave releases every lease, leaves the mesh and shuts down; every lease's
+// end is reported before the reply. (Mesh.Leave releases the leases held
+// when it starts; one granted to an Acquire still running would be renewed
+// until the mesh shuts down, and stay granted a TTL longer: the requests
+// are cancelled first.)
+func (s *server) leave(id uint64) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.mu.Lock()
@@ -143,7 +155,6 @@ func (s *server) leave(id uint64, inProgress *sync.WaitGroup) int {
 		s.noteRelease(l)
 	}
 	err := s.m.Leave(ctx)
-	inProgress.Wait()
 	s.ends.Wait()
 	r := control.Reply{ID: id, At: control.Now()}
 	if err != nil && !errors.Is(err, mesh.ErrClosed) {
