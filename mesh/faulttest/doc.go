@@ -33,9 +33,9 @@
 //   - TestSlowNetwork: delay, jitter and loss between namespaces (tc netem,
 //     or where the kernel has none, a relaying proxy): still safe; latencies
 //     reported.
-//   - TestChecksCatchBrokenHistories: each check fails on a history broken
-//     the way it guards against (this one starts no process and always
-//     runs).
+//   - TestChecksCatchBrokenHistories, TestModelAfterFullRestart: each check
+//     fails on a history broken the way it guards against (these start no
+//     process and always run).
 //
 // The suite is opt-in: the scenarios skip unless LOCKMESH_FAULTS=1.
 //
