@@ -196,3 +196,42 @@ func TestNoQuorumIsReported(t *testing.T) {
 	}
 	l.Release(ctx3)
 }
+
+// Leave ends the acquires still waiting on the node (ErrClosed), and no
+// lease outlives it: the key they waited for is free for others at once.
+func TestLeaveEndsWaitingAcquires(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, proposers: 1})
+	c.waitVoting()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.nodes[1].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaver := c.nodes[3]
+	got := make(chan error, 1)
+	go func() {
+		_, err := leaver.Acquire(ctx, "k")
+		got <- err
+	}()
+	waitFor(t, 5*time.Second, "the acquire to wait", func() bool { return leaver.Status().Proposer.Rounds > 0 })
+	if err := leaver.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("a waiting acquire on a node that left: %v, want ErrClosed", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting acquire did not end")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := c.nodes[2].TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("the key is not free after the release: %v", err)
+	}
+	l2.Release(ctx)
+}

@@ -178,7 +178,7 @@ func (m *Mesh) TryAcquire(ctx context.Context, key string, opts ...AcquireOption
 }
 
 func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []AcquireOption) (*Lease, error) {
-	if m.isClosed() {
+	if m.isClosed() || m.leaving.Load() {
 		return nil, ErrClosed
 	}
 	if err := m.userKey(key); err != nil {
@@ -272,6 +272,9 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 		m.incr("quorum.failures", 1)
 		return nil, fmt.Errorf("acquiring %q: %w", key, ErrNoQuorum)
 	case quorum.Cancelled:
+		if m.leaving.Load() {
+			return nil, fmt.Errorf("acquiring %q: the node is leaving: %w", key, ErrClosed)
+		}
 		return nil, context.Canceled
 	}
 	return nil, fmt.Errorf("mesh: acquiring %q: unexpected outcome %v", key, out.res.Outcome)

@@ -63,6 +63,7 @@ type Mesh struct {
 	kick      chan struct{}
 	armed     time.Duration // when the timer loop will next tick (propMu)
 	closed    chan struct{}
+	leaving   atomic.Bool // Leave has begun: no new acquire
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -349,12 +350,26 @@ func (m *Mesh) Leave(ctx context.Context) error {
 	if m.isClosed() {
 		return ErrClosed
 	}
+	// No acquire starts from here on, and those waiting end: one granted
+	// meanwhile is given back by the proposer (as for any cancelled
+	// acquire), so that no lease outlives the leave.
+	m.leaving.Store(true)
 	m.propMu.Lock()
+	if m.prop != nil {
+		ids := make([]quorum.OpID, 0, len(m.waiters))
+		for id := range m.waiters {
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			m.prop.Cancel(id) // only acquires are cancelled
+		}
+	}
 	held := make([]*Lease, 0, len(m.leases))
 	for _, l := range m.leases {
 		held = append(held, l)
 	}
 	m.propMu.Unlock()
+	m.drive(nil) // send what the cancellations want sent
 	var wg sync.WaitGroup
 	errs := make([]error, len(held))
 	for i, l := range held {
