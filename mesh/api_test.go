@@ -229,7 +229,12 @@ func TestLeaveEndsWaitingAcquires(t *testing.T) {
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l2, err := c.nodes[2].TryAcquire(ctx, "k")
+	// Within half the TTL: a grant to the node that left would hold the
+	// key for a whole TTL. (A departed waiter costs at most the hand-off
+	// grace, 100ms here: the voters hand the key to the waiters in line.)
+	half, cancelHalf := context.WithTimeout(ctx, c.nodes[2].cfg.Timing.TTL/2)
+	defer cancelHalf()
+	l2, err := c.nodes[2].Acquire(half, "k")
 	if err != nil {
 		t.Fatalf("the key is not free after the release: %v", err)
 	}
