@@ -44,18 +44,25 @@
 //
 // # Voters
 //
-// The voters are a fixed configuration, named by Config.Voters (the same list
-// on every node) or formed at first start by Config.BootstrapExpect voters
-// that find each other. Nodes that are not voters take locks all the same. A
-// voter that starts votes only after a quarantine of Config.MaxTTL (it may
-// have restarted and forgotten leases it granted) and after catching up from
-// the other voters.
+// The voters are an explicit configuration: founded by Config.Voters (the
+// same list on every node) or by Config.BootstrapExpect voters that find each
+// other at first start, and changed only by a decision of its own majority,
+// one voter at a time: Mesh.AddVoter, Mesh.RemoveVoter, or the opt-in
+// Config.Autopilot, which replaces voters that gossip has shown dead for a
+// while. Mesh.Voters shows it. Every node learns the newest configuration
+// from the others (answers, pushes and gossip); a node started without
+// Voters learns it entirely. Nodes that are not voters take locks all the
+// same. A voter that starts votes only after a quarantine of Config.MaxTTL
+// (it may have restarted and forgotten leases it granted) and after catching
+// up from the other voters; a node that a change has just added, in the very
+// process that was added, votes at once.
 //
 // # Errors
 //
 // Callers can tell apart: ErrLocked (a *LockedError names the holder), ErrNoQuorum
 // (too few voters answered: nothing is known to be held), ErrLeaseLost,
-// ErrReleased, ErrClosed, ErrInvalidKey, ErrInvalidConfig, ErrNoVoters.
+// ErrReleased, ErrClosed, ErrInvalidKey, ErrInvalidConfig, ErrNoVoters, and for
+// voter changes ErrUnknownNode and ErrBadVoterChange.
 //
 // # Observability
 //

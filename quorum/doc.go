@@ -31,7 +31,10 @@
 // Acquire, renew, release and read are rounds of prepare and accept; replies
 // are counted by distinct voter of the one configuration whose ID travels on
 // every message (Membership); a majority of that configuration decides, and
-// nothing gossip believes changes its size.
+// nothing gossip believes changes its size. The configuration itself is a
+// register (ConfigKey) that its majority changes, one voter at a time, moving
+// every key into the new voters before the next change (see
+// Proposer.ChangeVoters and proposer_reconfig.go).
 //
 // Leases follow PaxosLease. The proposer reads its monotonic clock (t0)
 // before it sends anything of the round that writes a grant or a renewal;
