@@ -282,7 +282,8 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 
 // Holder reads who holds key, linearizably: a majority of the voters
 // answers, and what it says is never older than what any earlier call
-// returned.
+// returned — except across a restart of every voter at once, which forgets
+// every key (it then reads as never granted; tokens still increase).
 func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 	if err := m.userKey(key); err != nil {
 		return Holder{}, fmt.Errorf("%w: %q: %w", ErrInvalidKey, key, err)
@@ -415,7 +416,9 @@ func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) {
 		return
 	}
 	l.mu.Lock()
-	if l.err == nil {
+	if l.err == nil && !l.released {
+		// (A renewal that lands while Release runs must not move the
+		// deadline past the release.)
 		l.deadline = m.clock.at(ev.Deadline)
 	}
 	l.mu.Unlock()

@@ -77,6 +77,8 @@ func refusal(err error) (metric, why string) {
 	switch {
 	case errors.Is(err, transport.ErrIdle):
 		return "limit.idle", "closed an idle connection"
+	case errors.Is(err, transport.ErrUnresponsive):
+		return "transport.unresponsive", "the peer stopped answering; the next call dials a new connection"
 	case errors.Is(err, transport.ErrFrameTooLarge):
 		return "limit.frame_size", "the peer sent a frame over MaxFrameSize"
 	case errors.Is(err, transport.ErrSlowFrame):
@@ -123,6 +125,9 @@ func (m *Mesh) transportRefused(peer string, err error) {
 	switch metric {
 	case "limit.idle":
 		m.log.Debug("ballot connection closed", "peer", peer, "why", why)
+		return
+	case "transport.unresponsive":
+		m.log.Info("ballot connection given up", "peer", peer, "why", why)
 		return
 	case "transport.refused.rejected":
 		// The handler logged why.

@@ -48,6 +48,11 @@ type conn struct {
 	dead     atomic.Bool  // err != nil, readable without the lock
 	retiring atomic.Bool  // retired, readable without the lock
 	lastSend atomic.Int64 // t.now() when a frame was last queued (dialed side)
+	// lastReply is t.now() when a frame was last read (dialed side), and
+	// silent counts the calls that timed out since with no frame read in
+	// between (see callTimedOut).
+	lastReply atomic.Int64
+	silent    atomic.Int32
 
 	mu      sync.Mutex
 	nc      net.Conn         // nil while a dialed connection is still connecting
@@ -309,6 +314,25 @@ func (c *conn) cancel(id uint64, cl *call) bool {
 		c.signal()
 	}
 	return mine
+}
+
+// silentTimeouts is how many calls in a row may time out on a dialed
+// connection that reads nothing at all before it is closed and redialed.
+const silentTimeouts = 3
+
+// callTimedOut notes that a call sent at sentAt timed out. A connection on
+// which several calls in a row time out while nothing at all is read is
+// given up: after a partition heals, an old connection may sit in TCP's
+// retransmission backoff for many seconds (its small frames went into the
+// kernel's buffer, so no write deadline fires), while a new one gets
+// through at once.
+func (c *conn) callTimedOut(sentAt int64) {
+	if c.lastReply.Load() >= sentAt {
+		return // the peer answers; this call was only slow
+	}
+	if c.silent.Add(1) >= silentTimeouts {
+		c.abort(fmt.Errorf("%w: %d calls in a row to %s timed out with nothing read", ErrUnresponsive, silentTimeouts, c.addr), true)
+	}
 }
 
 // takePending removes and returns the call waiting for id, if any.

@@ -89,6 +89,12 @@ var (
 	// connection its dialer stopped using, not a fault; it is reported so
 	// that connections held open by an idle stranger can be counted.
 	ErrIdle = errors.New("transport: connection idle")
+
+	// ErrUnresponsive is reported to OnError when a dialed connection was
+	// given up because several calls in a row timed out on it with nothing
+	// read (a peer that went away, or a connection stuck in TCP's
+	// retransmission backoff after a partition); the next call dials anew.
+	ErrUnresponsive = errors.New("transport: peer stopped answering")
 )
 
 // RemoteError is returned by Call when the peer's handler returned an error

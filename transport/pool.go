@@ -203,6 +203,8 @@ func (c *conn) readReplies() {
 			c.readFailed(err, false, framed)
 			return
 		}
+		c.lastReply.Store(c.t.now())
+		c.silent.Store(0)
 		if h.typ != frameReply && h.typ != frameError {
 			c.abort(fmt.Errorf("%w: frame type %d from a listener", ErrMalformedFrame, h.typ), true)
 			return

@@ -100,6 +100,7 @@ func (t *TCP) Call(ctx context.Context, addr string, body []byte) ([]byte, error
 		return nil, err
 	}
 	cl := callPool.Get().(*call)
+	sentAt := t.now()
 	c, id, err := t.enqueue(addr, frameRequest, body, cl)
 	if err != nil {
 		callPool.Put(cl)
@@ -112,6 +113,9 @@ func (t *TCP) Call(ctx context.Context, addr string, body []byte) ([]byte, error
 	case <-ctx.Done():
 		if c.cancel(id, cl) {
 			callPool.Put(cl)
+		}
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			c.callTimedOut(sentAt)
 		}
 		return nil, ctx.Err()
 	}

@@ -448,3 +448,33 @@ func rawFrame(length uint32, typ byte, id uint64, body []byte) []byte {
 	b = binary.BigEndian.AppendUint64(b, id)
 	return append(b, body...)
 }
+
+// A peer that stops answering (here: its handler never returns) costs a
+// few timed-out calls, then the connection is given up and reported, and
+// the next call dials a new one.
+func TestSilentConnectionIsRedialed(t *testing.T) {
+	block := make(chan struct{})
+	var stuck atomic.Bool
+	stuck.Store(true)
+	server := newTCP(t, "server", handlerFuncs{request: func(_ string, body []byte) ([]byte, error) {
+		if stuck.Load() {
+			<-block
+		}
+		return body, nil
+	}}, nil)
+	defer close(block)
+	log := newErrorLog()
+	client := newTCP(t, "client", echo, func(c *TCPConfig) { c.OnError = log.record })
+	for i := 0; i < silentTimeouts; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		if _, err := client.Call(ctx, server.Addr(), []byte("x")); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("call %d: %v, want a timeout", i, err)
+		}
+		cancel()
+	}
+	log.waitFor(t, ErrUnresponsive)
+	stuck.Store(false)
+	if reply := mustCall(t, client, server.Addr(), []byte("y")); string(reply) != "y" {
+		t.Fatalf("call on a new connection: %q", reply)
+	}
+}
