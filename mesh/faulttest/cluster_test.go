@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lockmesh/lockmesh/mesh"
 	"github.com/lockmesh/lockmesh/mesh/faulttest/internal/control"
 )
 
@@ -33,6 +34,11 @@ type clusterSpec struct {
 	// viaProxy makes every node advertise a port of the lab's "proxy"
 	// host, which relays (and shapes) all traffic between nodes.
 	viaProxy bool
+	// autopilot, when set, turns the autopilot on in every node with
+	// these settings (zero fields: the library's defaults); noVote are
+	// nodes started with Config.NoVote.
+	autopilot *mesh.AutopilotConfig
+	noVote    []string
 }
 
 // Fixed ports in a lab; the proxy relays port base+i to node i.
@@ -189,6 +195,14 @@ func (c *cluster) start(n *node) error {
 	}
 	if c.spec.deadWindow != 0 {
 		args = append(args, "-gossip-to-the-dead", c.spec.deadWindow.String())
+	}
+	if ap := c.spec.autopilot; ap != nil {
+		args = append(args, "-autopilot", "-autopilot-dead-after", ap.DeadAfter.String(),
+			"-autopilot-interval", ap.Interval.String(),
+			"-autopilot-target", strconv.Itoa(ap.Target), "-autopilot-min", strconv.Itoa(ap.Min))
+	}
+	if slices.Contains(c.spec.noVote, n.name) {
+		args = append(args, "-no-vote")
 	}
 	argv := append([]string{c.bin}, args...)
 	if c.spec.lab != nil {

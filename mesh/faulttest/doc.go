@@ -33,6 +33,15 @@
 //   - TestSlowNetwork: delay, jitter and loss between namespaces (tc netem,
 //     or where the kernel has none, a relaying proxy): still safe; latencies
 //     reported.
+//   - TestVoterGoneForGood: kill -9 of a voter that never comes back; an
+//     operator adds a spare as a voter and removes the dead one, through
+//     surviving nodes (a voter and a non-voter), while clients keep locking:
+//     every live node ends on the new voters, no acquire on a live node
+//     fails or waits past the bound.
+//   - TestAutopilotReplacesGoneVoter: the same with nobody's help: the
+//     autopilot (DeadAfter 2s) promotes the healthy spare and retires the
+//     dead voter (the autopilot's own pilot), never the node started with
+//     NoVote, and never removes before it has added.
 //   - TestChecksCatchBrokenHistories, TestModelAfterFullRestart: each check
 //     fails on a history broken the way it guards against (these start no
 //     process and always run).

@@ -1,11 +1,12 @@
 // Command faultnode is the lockmesh node the fault suite (package
 // mesh/faulttest) runs as an OS process. It is driven over stdin and stdout
 // with the JSON lines of package control: the suite asks it to acquire,
-// release, read and write to the fenced resource, and it reports every
-// lease's end. It exits at the end of stdin (the suite died), on "leave",
+// release, read and write to the fenced resource, and to change the voters,
+// and it reports every lease's end. It exits at the end of stdin (the suite died), on "leave",
 // and on SIGTERM or SIGINT after leaving the mesh.
 //
 //	faultnode -name a -bind 127.0.0.1:0 -voters a,b,c
+//	faultnode -name d -bind 127.0.0.1:0 -voters a,b,c -autopilot -autopilot-dead-after 2s
 //	faultnode proxy -listen 10.0.0.254 -map 8000=10.0.0.1:7946,...
 //
 // The second form is the slow-network stand-in for tc netem: a UDP and TCP
@@ -45,6 +46,12 @@ type nodeFlags struct {
 	seeds, voters                            string
 	ttl, roundTimeout, rejoin, deadWindow    time.Duration
 	logLevel                                 string
+	// autopilot turns Config.Autopilot on with the four settings after
+	// it (zero: the library's defaults); noVote sets Config.NoVote.
+	autopilot               bool
+	apDeadAfter, apInterval time.Duration
+	apTarget, apMin         int
+	noVote                  bool
 }
 
 func runNode(args []string) int {
@@ -62,6 +69,12 @@ func runNode(args []string) int {
 	fs.DurationVar(&f.rejoin, "rejoin", 0, "how often missing seeds and voters are rejoined (default: DefaultLocalConfig's)")
 	fs.DurationVar(&f.deadWindow, "gossip-to-the-dead", 0, "memberlist's GossipToTheDeadTime (default: memberlist's local 15s)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "log level on stderr")
+	fs.BoolVar(&f.autopilot, "autopilot", false, "replace dead voters (Config.Autopilot), with the -autopilot-* settings")
+	fs.DurationVar(&f.apDeadAfter, "autopilot-dead-after", 0, "Autopilot.DeadAfter (default: the library's)")
+	fs.DurationVar(&f.apInterval, "autopilot-interval", 0, "Autopilot.Interval (default: the library's)")
+	fs.IntVar(&f.apTarget, "autopilot-target", 0, "Autopilot.Target (default: the library's)")
+	fs.IntVar(&f.apMin, "autopilot-min", 0, "Autopilot.Min (default: the library's)")
+	fs.BoolVar(&f.noVote, "no-vote", false, "never to be made a voter by the autopilot (Config.NoVote)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -112,6 +125,10 @@ func nodeConfig(f nodeFlags) (*mesh.Config, error) {
 	}
 	cfg.RoundTimeout = f.roundTimeout
 	cfg.RejoinInterval = f.rejoin
+	if f.autopilot {
+		cfg.Autopilot = &mesh.AutopilotConfig{DeadAfter: f.apDeadAfter, Interval: f.apInterval, Target: f.apTarget, Min: f.apMin}
+	}
+	cfg.NoVote = f.noVote
 	mc := memberlist.DefaultLocalConfig()
 	// What the mesh does for its local profile when given no memberlist
 	// configuration: push/pull often, so a lost join gossip heals soon.

@@ -195,6 +195,12 @@ func (s *server) handle(ctx context.Context, req control.Request) (control.Reply
 			return failed(err), nil
 		}
 		return control.Reply{}, nil
+	case control.OpAddVoter:
+		return s.addVoter(ctx, req.Node), nil
+	case control.OpRemoveVoter:
+		return s.removeVoter(ctx, req.Node), nil
+	case control.OpVoters:
+		return s.voters(), nil
 	}
 	return control.Reply{Err: control.ErrInvalid, Msg: fmt.Sprintf("unknown op %q", req.Op)}, nil
 }
@@ -327,6 +333,10 @@ func code(err error) string {
 	switch {
 	case errors.Is(err, mesh.ErrClosed):
 		return control.ErrClosed
+	case errors.Is(err, mesh.ErrUnknownNode):
+		return control.ErrUnknownNode
+	case errors.Is(err, mesh.ErrBadVoterChange):
+		return control.ErrBadChange
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return control.ErrTimeout
 	case errors.Is(err, mesh.ErrLocked):

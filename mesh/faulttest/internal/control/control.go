@@ -17,6 +17,12 @@ const (
 	OpJoin    = "join"    // join Seeds
 	OpLeave   = "leave"   // release every lease, leave the mesh, exit 0
 
+	// Voter changes, run through the node (Mesh.AddVoter, RemoveVoter,
+	// Voters); a change waits up to TimeoutMS.
+	OpAddVoter    = "add_voter"    // make Node a voter
+	OpRemoveVoter = "remove_voter" // remove Node from the voters
+	OpVoters      = "voters"       // the voter configuration the node knows: Config
+
 	// The proxy (faultnode proxy) serves these.
 	OpShape = "shape" // set DelayMS, JitterMS, Loss
 	OpStats = "stats" // what it forwarded, dropped and delayed
@@ -24,15 +30,17 @@ const (
 
 // Error codes (Reply.Err).
 const (
-	ErrLocked   = "locked"    // Holder and Token name the holder
-	ErrNoQuorum = "no_quorum" // too few voters answered
-	ErrTimeout  = "timeout"   // TimeoutMS passed first
-	ErrClosed   = "closed"    // the mesh is shutting down
-	ErrNoVoters = "no_voters" // no voter configuration yet
-	ErrNotHeld  = "not_held"  // release or write without a lease on Key
-	ErrBusy     = "busy"      // this process already holds (or is taking) Key
-	ErrInvalid  = "invalid"   // a malformed or unknown request
-	ErrOther    = "error"     // anything else; Msg says what
+	ErrLocked      = "locked"       // Holder and Token name the holder
+	ErrNoQuorum    = "no_quorum"    // too few voters answered
+	ErrTimeout     = "timeout"      // TimeoutMS passed first
+	ErrClosed      = "closed"       // the mesh is shutting down
+	ErrNoVoters    = "no_voters"    // no voter configuration yet
+	ErrNotHeld     = "not_held"     // release or write without a lease on Key
+	ErrBusy        = "busy"         // this process already holds (or is taking) Key
+	ErrInvalid     = "invalid"      // a malformed or unknown request
+	ErrUnknownNode = "unknown_node" // add_voter: Node is not alive in the node's gossip
+	ErrBadChange   = "bad_change"   // a voter change the mesh does not allow
+	ErrOther       = "error"        // anything else; Msg says what
 )
 
 // Events (Reply.Event, with ID 0).
@@ -55,6 +63,8 @@ type Request struct {
 	Key       string   `json:"key,omitempty"`
 	TimeoutMS int64    `json:"timeout_ms,omitempty"`
 	Seeds     []string `json:"seeds,omitempty"`
+	// Node is the node a voter change is about.
+	Node string `json:"node,omitempty"`
 	// Stale makes a write use the last token this process held for Key
 	// even if that lease has ended: the write a process had already
 	// decided on when it was paused.
@@ -94,8 +104,9 @@ type Reply struct {
 	Before   int64  `json:"before,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 
-	Status *Status `json:"status,omitempty"`
-	Stats  *Stats  `json:"stats,omitempty"`
+	Status *Status        `json:"status,omitempty"`
+	Stats  *Stats         `json:"stats,omitempty"`
+	Config *Configuration `json:"config,omitempty"`
 
 	Addr string `json:"addr,omitempty"`
 	RPC  string `json:"rpc,omitempty"`
@@ -110,6 +121,19 @@ type Status struct {
 	Members map[string]string `json:"members"`
 	Voters  []string          `json:"voters"`
 	Leases  int               `json:"leases"`
+}
+
+// Configuration is a voter configuration as a node knows it (the node's
+// Mesh.Voters).
+type Configuration struct {
+	ID      uint64   `json:"id"`
+	Version uint64   `json:"version"`
+	Voters  []string `json:"voters"`
+	// Pending: a change is being settled; Previous are the voters before
+	// it.
+	Pending  bool     `json:"pending,omitempty"`
+	Previous []string `json:"previous,omitempty"`
+	Retired  []string `json:"retired,omitempty"`
 }
 
 // Stats counts what the proxy did.
