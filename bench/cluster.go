@@ -5,26 +5,40 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/hashicorp/go-metrics"
+	"github.com/lockmesh/lockmesh/lease"
 	"github.com/lockmesh/lockmesh/mesh"
 )
 
 // cluster is a lockmesh of voters in this process, over real TCP on
-// loopback: mesh.DefaultLocalConfig (1 s TTL), ports picked by the kernel.
+// loopback: mesh.DefaultLocalConfig (1 s TTL), ports picked by the kernel,
+// no metric sink (the default: a sink costs CPU on every message).
 type cluster struct {
 	nodes []*mesh.Mesh
 	cfgs  []*mesh.Config
-	// sink receives every node's metrics, labelled node=<name>.
-	sink *metrics.InmemSink
 }
 
 // startCluster starts n voters named v1..vn and returns once every voter
 // votes (Status().Voting == "live": quarantine and catch-up are over) and
 // every node sees every other alive with a ballot address.
 func startCluster(ctx context.Context, n int) (*cluster, error) {
-	// One interval spans the whole life of a cluster, and every interval
-	// is retained: counters are then read as running totals.
-	c := &cluster{sink: metrics.NewInmemSink(10*time.Second, 24*time.Hour)}
+	return startClusterWith(ctx, n, nil)
+}
+
+// lanTiming gives a node mesh.DefaultConfig's lease timing and round
+// timeout (TTL 10 s, round timeout 250 ms) on top of DefaultLocalConfig's
+// loopback addresses: the production defaults, as the peers run with
+// theirs. (DefaultLocalConfig's 50 ms round timeout is for tests: on an
+// overloaded machine it makes rounds time out and operations fail with
+// ErrNoQuorum.)
+func lanTiming(cfg *mesh.Config) {
+	cfg.Timing = lease.DefaultTiming()
+	cfg.RoundTimeout = 250 * time.Millisecond
+}
+
+// startClusterWith is startCluster with tweak applied to every node's
+// configuration.
+func startClusterWith(ctx context.Context, n int, tweak func(*mesh.Config)) (*cluster, error) {
+	c := &cluster{}
 	var voters []string
 	for i := range n {
 		voters = append(voters, fmt.Sprintf("v%d", i+1))
@@ -33,8 +47,10 @@ func startCluster(ctx context.Context, n int) (*cluster, error) {
 		cfg := mesh.DefaultLocalConfig()
 		cfg.Name = name
 		cfg.Voters = voters
-		cfg.MetricSink = c.sink
 		cfg.Seed = int64(i + 1)
+		if tweak != nil {
+			tweak(cfg)
+		}
 		if i > 0 {
 			cfg.Seeds = []string{c.nodes[0].Addr()}
 		}
@@ -92,21 +108,6 @@ func (c *cluster) close() {
 	for _, m := range c.nodes {
 		m.Shutdown()
 	}
-}
-
-// counter is the running total of a mesh counter (for example
-// "messages.sent") of one node.
-func (c *cluster) counter(name, node string) float64 {
-	key := "lockmesh." + name + ";node=" + node
-	total := 0.0
-	for _, iv := range c.sink.Data() {
-		iv.RLock()
-		if v, ok := iv.Counters[key]; ok {
-			total += v.Sum
-		}
-		iv.RUnlock()
-	}
-	return total
 }
 
 // waitFor polls cond until it holds or ctx ends: it waits for a condition,

@@ -132,6 +132,15 @@ func (r *crashResult) markdown(b *strings.Builder) {
 	w("**lockmesh: crash to grant** (%s; TTL %s): ", r.Setup, r.TTL)
 	if s := r.CrashToGrant; s != nil && s.N > 0 {
 		w("median %s, min %s, max %s over %d crashes", us(s.P50), us(s.Min), us(s.Max), s.N)
+		left := workload.Summarize(nil)
+		var d []time.Duration
+		for _, ms := range r.HolderLeftMs {
+			d = append(d, time.Duration(ms*float64(time.Millisecond)))
+		}
+		if len(d) > 0 {
+			left = workload.Summarize(d)
+			w(" (the holder's own deadline was %s to %s away when it crashed)", us(left.Min), us(left.Max))
+		}
 	}
 	if r.Error != "" {
 		w(" — failed: %s", oneLine(r.Error))

@@ -12,10 +12,10 @@ import (
 // TCP on loopback, the caller on a voter (v1). Hand-over spreads its 8
 // contenders over every node, so most hand-overs cross nodes.
 func lockmeshInProcess(ctx context.Context, o options, name string, voters int) workload.Row {
-	setup := fmt.Sprintf("lockmesh, %d voters in 1 process, loopback TCP, state in memory (no disk, no fsync), caller on voter v1", voters)
+	setup := fmt.Sprintf("lockmesh, %d voters in 1 process, loopback TCP, state in memory (no disk, no fsync), DefaultConfig timing (TTL 10 s, round timeout 250 ms), caller on voter v1", voters)
 	row := workload.Row{Case: name, Setup: setup}
 	start := time.Now()
-	c, err := startCluster(ctx, voters)
+	c, err := startClusterWith(ctx, voters, lanTiming)
 	if err != nil {
 		row.Error = fmt.Sprintf("start: %v", err)
 		return row

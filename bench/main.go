@@ -17,9 +17,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -53,7 +56,11 @@ type options struct {
 	renewWindow     time.Duration // renewal: measuring time per count
 	crashTrials     int
 
-	root string // the main module's directory
+	root  string // the main module's directory
+	merge string // -merge: result files to take medians of (runs nothing)
+
+	cpuProfile   string // CPU profile of the whole run (this process only)
+	mutexProfile string // mutex contention profile of the whole run
 }
 
 // params are the workload sizes handed to package workload.
@@ -82,6 +89,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.crashTrials, "crashes", 5, "crash: how many holder crashes to time")
 	leases := fs.String("leases", "1000,10000,100000", "renewal: comma list of lease counts to hold")
 	fs.DurationVar(&o.caseTimeout, "case-timeout", 0, "bound on one case (default: scaled from -n and -duration)")
+	fs.StringVar(&o.merge, "merge", "", "run nothing: print the medians of these comma-separated JSON result files")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (in-process cases: floor, lockmesh*, renewal, crash) to this file")
+	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "write a mutex contention profile of this process to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -138,6 +148,41 @@ func parseFlags(args []string) (options, error) {
 
 func (o options) want(c string) bool { return slices.Contains(o.cases, c) }
 
+// startProfiles starts the profiles asked for; the function it returns
+// stops them and writes them out.
+func startProfiles(o options) (func() error, error) {
+	var cpu *os.File
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, err
+		}
+		cpu = f
+	}
+	if o.mutexProfile != "" {
+		runtime.SetMutexProfileFraction(5)
+	}
+	return func() error {
+		var errs []error
+		if cpu != nil {
+			pprof.StopCPUProfile()
+			errs = append(errs, cpu.Close())
+		}
+		if o.mutexProfile != "" {
+			f, err := os.Create(o.mutexProfile)
+			if err != nil {
+				return errors.Join(append(errs, err)...)
+			}
+			errs = append(errs, pprof.Lookup("mutex").WriteTo(f, 0), f.Close())
+		}
+		return errors.Join(errs...)
+	}, nil
+}
+
 func main() {
 	o, err := parseFlags(os.Args[1:])
 	if err == flag.ErrHelp {
@@ -147,13 +192,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
+	if o.merge != "" {
+		rep, err := mergeReports(strings.Split(o.merge, ","))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		fmt.Print(rep.markdown())
+		return
+	}
 	root, err := moduleRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	o.root = root
+	stopProfiles, err := startProfiles(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	rep := run(context.Background(), o, os.Stderr)
+	if err := stopProfiles(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: writing a profile:", err)
+	}
 	rep.Command = "go run ./bench " + strings.Join(os.Args[1:], " ")
 	fmt.Print(rep.markdown())
 	path, err := rep.write(o)

@@ -21,59 +21,23 @@ import (
 
 // lockmeshProcesses measures 3 voters in 3 OS processes (benchnode), the
 // workloads running inside v1's process, CPU read from /proc for all three.
-func lockmeshProcesses(ctx context.Context, o options, log io.Writer) workload.Row {
+func lockmeshProcesses(ctx context.Context, o options, bin *nodeBinary, log io.Writer) workload.Row {
 	row := workload.Row{Case: "lockmesh-procs",
-		Setup: "lockmesh, 3 voters in 3 OS processes, loopback TCP, state in memory (no disk, no fsync), caller in v1's process"}
-	tmp, err := os.MkdirTemp("", "lockmesh-bench-node-")
+		Setup: "lockmesh, 3 voters in 3 OS processes, loopback TCP, state in memory (no disk, no fsync), DefaultConfig timing (TTL 10 s, round timeout 250 ms), caller in v1's process"}
+	path, err := bin.get(ctx, o, log)
 	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
-	defer os.RemoveAll(tmp)
-	bin := filepath.Join(tmp, "benchnode")
+	row.Notes = append(row.Notes, "node binary: bench/internal/benchnode, workloads run inside the node process")
 	start := time.Now()
-	if err := goBuild(ctx, o.root, bin, "./bench/internal/benchnode"); err != nil {
+	nodes, err := startProcCluster(ctx, path, 3, []string{"-lan-timing"}, log)
+	defer stopAll(nodes)
+	if err != nil {
 		row.Error = err.Error()
 		return row
 	}
-	row.Notes = append(row.Notes, fmt.Sprintf("node binary: bench/internal/benchnode (built in %.1fs), workloads run inside the node process", time.Since(start).Seconds()))
-
-	voters := []string{"v1", "v2", "v3"}
-	var nodes []*nodeProc
-	defer func() {
-		for _, n := range nodes {
-			n.stop()
-		}
-	}()
-	for i, name := range voters {
-		args := []string{"-name", name, "-voters", strings.Join(voters, ",")}
-		if i > 0 {
-			args = append(args, "-seeds", nodes[0].addr)
-		}
-		n, err := startNode(ctx, bin, name, args, log)
-		if err != nil {
-			row.Error = err.Error()
-			return row
-		}
-		nodes = append(nodes, n)
-	}
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.addr)
-	}
-	for _, n := range nodes[1:] {
-		if _, err := n.call(ctx, "join "+strings.Join(addrs, ",")); err != nil {
-			row.Error = err.Error()
-			return row
-		}
-	}
-	for _, n := range nodes {
-		if _, err := n.call(ctx, "ready 60s"); err != nil {
-			row.Error = err.Error()
-			return row
-		}
-	}
-	row.Notes = append(row.Notes, fmt.Sprintf("cluster ready (all voters live) %.1fs after the build", time.Since(start).Seconds()))
+	row.Notes = append(row.Notes, fmt.Sprintf("cluster ready (all voters live) in %.1fs", time.Since(start).Seconds()))
 
 	v1 := nodes[0]
 	r, err := v1.call(ctx, fmt.Sprintf("latency %d %d bench/latency", o.n, o.warmup()))
@@ -156,6 +120,80 @@ func readAll(cpu []workload.CPUSource) ([]time.Duration, error) {
 		out[i] = v
 	}
 	return out, nil
+}
+
+// nodeBinary is bench/internal/benchnode, built at most once per run.
+type nodeBinary struct {
+	tmp, path string
+	err       error
+}
+
+// get builds the node binary the first time, and returns its path.
+func (b *nodeBinary) get(ctx context.Context, o options, log io.Writer) (string, error) {
+	if b.path != "" || b.err != nil {
+		return b.path, b.err
+	}
+	b.tmp, b.err = os.MkdirTemp("", "lockmesh-bench-node-")
+	if b.err != nil {
+		return "", b.err
+	}
+	start := time.Now()
+	path := filepath.Join(b.tmp, "benchnode")
+	if b.err = goBuild(ctx, o.root, path, "./bench/internal/benchnode"); b.err != nil {
+		return "", b.err
+	}
+	fmt.Fprintf(log, "bench: bench/internal/benchnode built in %.1fs\n", time.Since(start).Seconds())
+	b.path = path
+	return path, nil
+}
+
+func (b *nodeBinary) cleanup() {
+	if b.tmp != "" {
+		os.RemoveAll(b.tmp)
+	}
+}
+
+// startProcCluster starts n voters v1..vn, each in its own benchnode
+// process with the extra arguments args, joins them and waits until every
+// one votes. The nodes it returns, even with an error, must be stopped.
+func startProcCluster(ctx context.Context, bin string, n int, args []string, log io.Writer) ([]*nodeProc, error) {
+	var voters []string
+	for i := range n {
+		voters = append(voters, fmt.Sprintf("v%d", i+1))
+	}
+	var nodes []*nodeProc
+	for i, name := range voters {
+		a := append([]string{"-name", name, "-voters", strings.Join(voters, ",")}, args...)
+		if i > 0 {
+			a = append(a, "-seeds", nodes[0].addr)
+		}
+		p, err := startNode(ctx, bin, name, a, log)
+		if err != nil {
+			return nodes, err
+		}
+		nodes = append(nodes, p)
+	}
+	var addrs []string
+	for _, p := range nodes {
+		addrs = append(addrs, p.addr)
+	}
+	for _, p := range nodes[1:] {
+		if _, err := p.call(ctx, "join "+strings.Join(addrs, ",")); err != nil {
+			return nodes, err
+		}
+	}
+	for _, p := range nodes {
+		if _, err := p.call(ctx, "ready 60s"); err != nil {
+			return nodes, err
+		}
+	}
+	return nodes, nil
+}
+
+func stopAll(nodes []*nodeProc) {
+	for _, p := range nodes {
+		p.stop()
+	}
 }
 
 // goBuild builds pkg of the module in dir into out.

@@ -4,14 +4,13 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
+	"os"
+	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
+	"github.com/lockmesh/lockmesh/bench/internal/nodecmd"
 	"github.com/lockmesh/lockmesh/bench/internal/workload"
-	"github.com/lockmesh/lockmesh/mesh"
 )
 
 // renewalResult is the cost of keeping leases: a node renews all of its
@@ -29,76 +28,84 @@ type renewalLevel struct {
 	Leases         int     `json:"leases"`
 	AcquireSeconds float64 `json:"acquire_seconds"` // to take the leases added at this level
 	WindowSeconds  float64 `json:"window_seconds"`
-	// CPUPercent is the CPU time of the whole process (every node of the
-	// mesh, and the idle caller) over the window; 100 is one core.
-	CPUPercent float64       `json:"process_cpu_percent"`
-	Nodes      []nodeTraffic `json:"nodes"`
-	// HeapBytesPerLease is the live heap (after a GC) above the level with
-	// no lease, divided by the leases held: every voter's copy of the
-	// lease, the holder's state, and the caller's *mesh.Lease and key.
-	HeapBytesPerLease float64 `json:"heap_bytes_per_lease"`
-	Lost              int     `json:"lost"` // leases lost during the window
-	Error             string  `json:"error,omitempty"`
+	// Nodes are the three voters, v1 (the holder) first.
+	Nodes []nodeCost `json:"nodes"`
+	Lost  int        `json:"lost"` // leases lost by the end of the window
+	Error string     `json:"error,omitempty"`
 }
 
-// nodeTraffic is what one node sent during the window, per second, from
-// the mesh's metrics (lockmesh.messages.sent, lockmesh.bytes.sent,
-// lockmesh.leases.renewed, labelled node=<name>).
-type nodeTraffic struct {
-	Node        string  `json:"node"`
-	MessagesSec float64 `json:"messages_per_sec"`
-	BytesSec    float64 `json:"bytes_per_sec"`
-	RenewedSec  float64 `json:"renewed_per_sec"`
+// nodeCost is what one node process spent during the window, per second,
+// and its memory.
+type nodeCost struct {
+	Node string `json:"node"`
+	// CPUPercent is the process's CPU time over the window (100 is one
+	// core), from /proc/PID/stat: 10 ms resolution.
+	CPUPercent float64 `json:"cpu_percent"`
+	// MessagesSec counts the ballot requests and notifies the node sent
+	// (lockmesh.messages.sent); ReceivedSec the requests and notifies it
+	// received (lockmesh.messages.received). Replies are not counted.
+	MessagesSec float64 `json:"messages_sent_per_sec"`
+	ReceivedSec float64 `json:"messages_received_per_sec"`
+	// WrittenSec is every byte the process wrote with write(2), from
+	// /proc/PID/io wchar: ballot requests, replies and notifies, and
+	// memberlist's TCP traffic (its UDP probes go through sendto and are
+	// not counted).
+	WrittenSec float64 `json:"bytes_written_per_sec"`
+	// RenewedSec counts leases renewed (lockmesh.leases.renewed).
+	RenewedSec float64 `json:"renewed_per_sec"`
+	// HeapBytesPerLease is the node's live heap (after a GC) above its
+	// level with no lease, over the leases held: on v1 the holder's state
+	// and its voter's copy, on v2 and v3 a voter's copy alone.
+	HeapBytesPerLease float64 `json:"heap_bytes_per_lease"`
 }
 
 func (o options) renewalTimeout() time.Duration {
-	return 5*time.Minute + time.Duration(len(o.leaseCounts)+1)*(o.renewWindow+30*time.Second)
+	return 5*time.Minute + time.Duration(len(o.leaseCounts)+1)*(o.renewWindow+2*time.Minute)
 }
 
-// renewal holds increasing numbers of leases on one voter of a 3-voter
-// mesh in this process, and measures for o.renewWindow at each: the
-// process's CPU, each node's messages and bytes, and the heap per lease.
-func renewal(ctx context.Context, o options, log io.Writer) *renewalResult {
-	res := &renewalResult{Setup: "lockmesh, 3 voters in 1 process, loopback TCP, TTL 1s (renewed every TTL/3), leases held on v1"}
-	c, err := startCluster(ctx, 3)
+// renewal holds increasing numbers of leases on v1 of a 3-voter mesh in 3
+// node processes, and measures for o.renewWindow at each count what each
+// process spends: CPU, messages, bytes written, heap per lease. The nodes
+// use mesh.DefaultConfig's timing (TTL 10s, renewed every TTL/3, round
+// timeout 250ms): the production default.
+func renewal(ctx context.Context, o options, bin *nodeBinary, log io.Writer) *renewalResult {
+	res := &renewalResult{Setup: "lockmesh, 3 voters in 3 OS processes, loopback TCP, mesh.DefaultConfig timing (TTL 10s, renewed every 3.3s, round timeout 250ms), in-memory metrics sink; every lease held by v1"}
+	path, err := bin.get(ctx, o, log)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	nodes, err := startProcCluster(ctx, path, 3, []string{"-metrics", "-lan-timing"}, log)
+	defer stopAll(nodes)
 	if err != nil {
 		res.Error = fmt.Sprintf("start: %v", err)
 		return res
 	}
-	defer c.close()
-	holder := c.nodes[0]
-	var (
-		leases   []*mesh.Lease
-		baseHeap uint64
-	)
+	holder := nodes[0]
+	var baseHeap []uint64
 	for _, n := range append([]int{0}, o.leaseCounts...) {
-		if n < len(leases) {
-			continue
-		}
 		lv := renewalLevel{Leases: n}
-		start := time.Now()
-		more, err := acquireMany(ctx, holder, len(leases), n-len(leases))
-		leases = append(leases, more...)
-		lv.AcquireSeconds = time.Since(start).Seconds()
-		if err != nil {
-			lv.Error = fmt.Sprintf("acquiring %d leases: %v", n, err)
-			res.Levels = append(res.Levels, lv)
-			break
-		}
-		heap := liveHeap()
-		if n == 0 {
-			baseHeap = heap
-		} else {
-			lv.HeapBytesPerLease = (float64(heap) - float64(baseHeap)) / float64(n)
-		}
-		fmt.Fprintf(log, "bench: renewal: %d leases held (taken in %.1fs); measuring %v\n", n, lv.AcquireSeconds, o.renewWindow)
-		measureWindow(ctx, c, o.renewWindow, &lv)
-		for _, l := range leases {
-			select {
-			case <-l.Done():
-				lv.Lost++
-			default:
+		if n > 0 {
+			r, err := holder.call(ctx, fmt.Sprintf("hold %d bench/renew", n))
+			lv.AcquireSeconds = r.Seconds
+			if err != nil {
+				lv.Error = fmt.Sprintf("taking %d leases: %v", n, err)
+				res.Levels = append(res.Levels, lv)
+				break
 			}
+			fmt.Fprintf(log, "bench: renewal: %d leases held (taken in %.1fs); measuring %v\n", n, r.Seconds, o.renewWindow)
+		}
+		heaps, err := measureRenewal(ctx, nodes, o.renewWindow, &lv)
+		if n == 0 {
+			baseHeap = heaps
+		}
+		for i := range lv.Nodes {
+			if n > 0 && i < len(heaps) && i < len(baseHeap) {
+				lv.Nodes[i].HeapBytesPerLease = (float64(heaps[i]) - float64(baseHeap[i])) / float64(n)
+			}
+		}
+		if err != nil {
+			lv.Error = err.Error()
 		}
 		res.Levels = append(res.Levels, lv)
 		if lv.Lost > 0 || lv.Error != "" {
@@ -106,95 +113,107 @@ func renewal(ctx context.Context, o options, log io.Writer) *renewalResult {
 		}
 	}
 	res.Notes = append(res.Notes,
-		"bytes/s counts the request bodies a node sends as proposer (lockmesh.bytes.sent): not replies, notifies or gossip",
-		"messages/s counts requests and notifies (lockmesh.messages.sent); one request carries at most MaxOpsPerMessage (16384) operations")
+		"messages/s: ballot requests and notifies sent (lockmesh.messages.sent; replies not counted); one request carries at most MaxOpsPerMessage (16384) operations",
+		"bytes/s: all a node process wrote with write(2) (/proc/PID/io wchar): ballot requests, replies and notifies, and memberlist's TCP push/pull",
+		"heap per lease: live heap after GC above the level with no lease; v1 holds every lease and is also a voter",
+		"leases are taken 256 at a time; a level where leases were lost ends the case (the next would measure a mesh in trouble)")
 	return res
 }
 
-// acquireMany takes n more keys on m, from index from on, 256 at a time.
-func acquireMany(ctx context.Context, m *mesh.Mesh, from, n int) ([]*mesh.Lease, error) {
-	out := make([]*mesh.Lease, n)
-	var (
-		next    atomic.Int64
-		wg      sync.WaitGroup
-		errOnce sync.Once
-		first   error
-	)
-	for range min(256, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n || ctx.Err() != nil {
-					return
-				}
-				actx, cancel := context.WithTimeout(ctx, 30*time.Second)
-				l, err := m.Acquire(actx, fmt.Sprintf("bench/renew/%d", from+i))
-				cancel()
-				if err != nil {
-					errOnce.Do(func() { first = err })
-					return
-				}
-				out[i] = l
-			}
-		}()
-	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
-	}
-	return out, ctx.Err()
+// nodeSnap is what one node process has used so far.
+type nodeSnap struct {
+	cpu     time.Duration
+	written float64
+	stats   nodecmd.Reply
 }
 
-// liveHeap is the heap in use after two full collections.
-func liveHeap() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
-// measureWindow reads CPU and counters before and after d.
-func measureWindow(ctx context.Context, c *cluster, d time.Duration, lv *renewalLevel) {
-	type snap struct{ msgs, bytes, renewed float64 }
-	read := func() []snap {
-		var s []snap
-		for _, m := range c.nodes {
-			s = append(s, snap{
-				c.counter("messages.sent", m.Name()),
-				c.counter("bytes.sent", m.Name()),
-				c.counter("leases.renewed", m.Name()),
-			})
+func snapNodes(ctx context.Context, nodes []*nodeProc) ([]nodeSnap, error) {
+	out := make([]nodeSnap, len(nodes))
+	for i, n := range nodes {
+		cpu, err := workload.ProcCPU(n.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
 		}
-		return s
+		written, err := procWritten(n.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		st, err := n.call(ctx, "stats")
+		if err != nil {
+			return nil, err
+		}
+		out[i] = nodeSnap{cpu: cpu, written: written, stats: st}
 	}
-	cpu0, err := workload.SelfCPU()
+	return out, nil
+}
+
+// measureRenewal reads every node before and after d, fills lv, and
+// returns each node's live heap (read before the window: the collection
+// it forces must not fall in the window).
+func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv *renewalLevel) ([]uint64, error) {
+	before, err := snapNodes(ctx, nodes)
 	if err != nil {
-		lv.Error = err.Error()
-		return
+		return nil, err
 	}
-	before, t0 := read(), time.Now()
+	var heaps []uint64
+	for _, s := range before {
+		heaps = append(heaps, s.stats.HeapBytes)
+	}
+	t0 := time.Now()
 	select {
 	case <-ctx.Done():
-		lv.Error = ctx.Err().Error()
-		return
+		return heaps, ctx.Err()
 	case <-time.After(d): // the measuring window itself, not a wait for an event
 	}
-	after, elapsed := read(), time.Since(t0)
-	cpu1, _ := workload.SelfCPU()
-	lv.WindowSeconds = elapsed.Seconds()
-	lv.CPUPercent = 100 * float64(cpu1-cpu0) / float64(elapsed)
-	for i, m := range c.nodes {
-		sec := elapsed.Seconds()
-		lv.Nodes = append(lv.Nodes, nodeTraffic{
-			Node:        m.Name(),
-			MessagesSec: (after[i].msgs - before[i].msgs) / sec,
-			BytesSec:    (after[i].bytes - before[i].bytes) / sec,
-			RenewedSec:  (after[i].renewed - before[i].renewed) / sec,
+	elapsed := time.Since(t0)
+	// The stats calls force two collections in each node: read the CPU
+	// first, node by node, so that those collections are not counted.
+	after := make([]nodeSnap, len(nodes))
+	for i, n := range nodes {
+		if after[i].cpu, err = workload.ProcCPU(n.cmd.Process.Pid); err != nil {
+			return heaps, err
+		}
+		if after[i].written, err = procWritten(n.cmd.Process.Pid); err != nil {
+			return heaps, err
+		}
+	}
+	for i, n := range nodes {
+		if after[i].stats, err = n.call(ctx, "stats"); err != nil {
+			return heaps, err
+		}
+	}
+	sec := elapsed.Seconds()
+	lv.WindowSeconds = sec
+	rate := func(i int, name string) float64 {
+		return (after[i].stats.Counters[name] - before[i].stats.Counters[name]) / sec
+	}
+	for i, n := range nodes {
+		lv.Nodes = append(lv.Nodes, nodeCost{
+			Node:        n.name,
+			CPUPercent:  100 * float64(after[i].cpu-before[i].cpu) / float64(elapsed),
+			MessagesSec: rate(i, "messages.sent"),
+			ReceivedSec: rate(i, "messages.received"),
+			WrittenSec:  (after[i].written - before[i].written) / sec,
+			RenewedSec:  rate(i, "leases.renewed"),
 		})
 	}
+	lv.Lost = after[0].stats.Lost
+	return heaps, nil
+}
+
+// procWritten is the wchar line of /proc/PID/io: bytes the process has
+// passed to write(2) and its kin, sockets included.
+func procWritten(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar:"); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/io: no wchar", pid)
 }
 
 func (r *renewalResult) markdown(b *strings.Builder) {
@@ -203,28 +222,32 @@ func (r *renewalResult) markdown(b *strings.Builder) {
 	if r.Error != "" {
 		w("failed: %s\n\n", oneLine(r.Error))
 	}
-	w("| leases held | process CPU %% (all 3 nodes) | messages/s per node | bytes/s per node | renewals/s | bytes per lease in memory |\n")
-	w("|---:|---:|---|---|---:|---:|\n")
+	w("| leases held | CPU %% of a core (v1, v2, v3) | messages sent/s (v1, v2, v3) | bytes written/s (v1, v2, v3) | renewals/s | heap bytes per lease (v1, v2) |\n")
+	w("|---:|---|---|---|---:|---|\n")
 	for _, lv := range r.Levels {
-		var msgs, bytes []string
+		var cpu, msgs, bytes, heap []string
 		renewed := 0.0
-		for _, n := range lv.Nodes {
-			msgs = append(msgs, fmt.Sprintf("%s %s", n.Node, count(n.MessagesSec)))
-			bytes = append(bytes, fmt.Sprintf("%s %s", n.Node, count(n.BytesSec)))
+		for i, n := range lv.Nodes {
+			cpu = append(cpu, fmt.Sprintf("%.1f", n.CPUPercent))
+			msgs = append(msgs, fmt.Sprintf("%.1f", n.MessagesSec))
+			bytes = append(bytes, count(n.WrittenSec))
 			renewed += n.RenewedSec
+			if i < 2 && lv.Leases > 0 {
+				heap = append(heap, count(n.HeapBytesPerLease))
+			}
 		}
-		mem := "—"
-		if lv.Leases > 0 {
-			mem = count(lv.HeapBytesPerLease)
-		}
-		cpu := fmt.Sprintf("%.1f", lv.CPUPercent)
+		c := strings.Join(cpu, ", ")
 		if lv.Error != "" {
-			cpu += " (" + oneLine(lv.Error) + ")"
+			c += " (" + oneLine(lv.Error) + ")"
 		}
 		if lv.Lost > 0 {
-			cpu += fmt.Sprintf(" (%d leases lost)", lv.Lost)
+			c += fmt.Sprintf(" (%d leases lost)", lv.Lost)
 		}
-		w("| %s | %s | %s | %s | %s | %s |\n", count(float64(lv.Leases)), cpu,
+		mem := "—"
+		if len(heap) > 0 {
+			mem = strings.Join(heap, ", ")
+		}
+		w("| %s | %s | %s | %s | %s | %s |\n", count(float64(lv.Leases)), c,
 			strings.Join(msgs, ", "), strings.Join(bytes, ", "), count(renewed), mem)
 	}
 	w("\n")

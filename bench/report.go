@@ -25,6 +25,11 @@ type report struct {
 	Panics  int                `json:"panics,omitempty"`
 	Ratios  map[string]float64 `json:"ratio_to_quorum_floor_p50,omitempty"`
 	Floor   *workload.Summary  `json:"quorum_floor_latency,omitempty"`
+
+	// Spread is, for a merged report, each case's figures in every run.
+	Spread map[string]rowSpread `json:"spread,omitempty"`
+
+	merged int // medians of this many runs (-merge): Ratios are given
 }
 
 type machine struct {
@@ -105,6 +110,9 @@ func (r *report) floorRow() *workload.Row {
 
 // ratios fills Ratios: each row's p50 over the quorum floor's p50.
 func (r *report) ratios() {
+	if r.merged > 0 {
+		return
+	}
 	f := r.floorRow()
 	if f == nil {
 		return
@@ -192,7 +200,11 @@ func (r *report) markdown() string {
 		}
 		w("\n")
 		if f := r.Floor; f != nil {
-			w("×floor is p50 over the quorum-round floor's p50 (%s), measured in this run. ", us(f.P50))
+			if r.merged > 0 {
+				w("Medians of %d runs. ×floor is the median of each run's p50 over that run's quorum-round floor p50 (median floor %s). ", r.merged, us(f.P50))
+			} else {
+				w("×floor is p50 over the quorum-round floor's p50 (%s), measured in this run. ", us(f.P50))
+			}
 		}
 		w("Latency: one goroutine, Acquire+Release of one key (the floor rows: one round trip, one quorum round). " +
 			"ops/s: Acquire+Release pairs per second, each goroutine on its own key. " +
@@ -213,6 +225,7 @@ func (r *report) markdown() string {
 			}
 		}
 		w("\n")
+		r.spreadMarkdown(&b)
 	}
 	if r.Renewal != nil {
 		r.Renewal.markdown(&b)
@@ -221,8 +234,13 @@ func (r *report) markdown() string {
 		r.Crash.markdown(&b)
 	}
 	m := r.Machine
-	w("Run %s, %.0fs; %s, %s, nproc %d, %s, Linux %s, %s; load average %s at start, %s at end (a shared machine: other work ran beside the benchmark).\n",
-		r.Date, r.Seconds, m.Arch, m.CPU, m.NumCPU, m.MemTotal, m.Kernel, m.Go, m.LoadStart, m.LoadEnd)
+	if r.merged > 0 {
+		w("Runs %s, %.0fs each on average; %s, %s, nproc %d, %s, Linux %s, %s; load average (1, 5, 15 min) at start → end of each run: %s (a shared machine: other work ran beside the benchmark).\n",
+			r.Date, r.Seconds, m.Arch, m.CPU, m.NumCPU, m.MemTotal, m.Kernel, m.Go, m.LoadStart)
+	} else {
+		w("Run %s, %.0fs; %s, %s, nproc %d, %s, Linux %s, %s; load average (1, 5, 15 min) %s at start, %s at end (a shared machine: other work ran beside the benchmark).\n",
+			r.Date, r.Seconds, m.Arch, m.CPU, m.NumCPU, m.MemTotal, m.Kernel, m.Go, m.LoadStart, m.LoadEnd)
+	}
 	if r.Command != "" {
 		w("Command: `%s`\n", strings.TrimSpace(r.Command))
 	}

@@ -25,6 +25,8 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 	}
 	start := time.Now()
 	var peers *peerBinary
+	nodeBin := &nodeBinary{}
+	defer nodeBin.cleanup()
 	for _, c := range o.cases {
 		fmt.Fprintf(log, "bench: %s ...\n", c)
 		caseStart := time.Now()
@@ -39,7 +41,7 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 			})
 		case "lockmesh-procs":
 			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row {
-				return []workload.Row{lockmeshProcesses(ctx, o, log)}
+				return []workload.Row{lockmeshProcesses(ctx, o, nodeBin, log)}
 			})
 		case "raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock":
 			if peers == nil {
@@ -50,7 +52,7 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 			})
 		case "renewal":
 			rep.Renewal = guard(ctx, o.renewalTimeout(), rep, func(ctx context.Context) *renewalResult {
-				return renewal(ctx, o, log)
+				return renewal(ctx, o, nodeBin, log)
 			}, func(err error) *renewalResult { return &renewalResult{Error: err.Error()} })
 		case "crash":
 			rep.Crash = guard(ctx, o.caseTimeout, rep, func(ctx context.Context) *crashResult {

@@ -177,5 +177,5 @@ func fsType(dir string) string {
 	if !ok {
 		name = fmt.Sprintf("file system type %#x", st.Type)
 	}
-	return fmt.Sprintf("%s (%s)", name, dir)
+	return fmt.Sprintf("%s (%s)", name, filepath.Dir(dir))
 }

@@ -14,7 +14,9 @@
 //	3 latency N WARMUP KEY           Acquire+Release KEY N times
 //	4 throughput WORKERS DURATION    WORKERS goroutines, each on its own key
 //	5 contend WORKERS DURATION HOLD MAXHOLDS KEY   WORKERS goroutines on KEY
-//	6 quit                           stop at once
+//	6 hold N PREFIX                  take leases PREFIX/0.. until N are held, and keep them
+//	7 stats                          counters, live heap, leases held and lost
+//	8 quit                           stop at once
 package nodecmd
 
 import (
@@ -33,4 +35,16 @@ type Reply struct {
 	Latency    *workload.Summary          `json:"latency,omitempty"`
 	Throughput *workload.ThroughputResult `json:"throughput,omitempty"`
 	Holds      []workload.Hold            `json:"holds,omitempty"`
+
+	// hold: how long taking the new leases took.
+	Seconds float64 `json:"seconds,omitempty"`
+	// hold and stats: leases this node took with hold, and how many of
+	// them it has lost (Done closed).
+	Held int `json:"held,omitempty"`
+	Lost int `json:"lost,omitempty"`
+	// stats: the mesh's counters as running totals (for example
+	// "messages.sent"; empty unless the node runs with -metrics), and the
+	// live heap after a collection.
+	Counters  map[string]float64 `json:"counters,omitempty"`
+	HeapBytes uint64             `json:"heap_bytes,omitempty"`
 }

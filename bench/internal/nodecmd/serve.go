@@ -6,18 +6,33 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-metrics"
 	"github.com/lockmesh/lockmesh/bench/internal/workload"
 	"github.com/lockmesh/lockmesh/mesh"
 )
 
+// node is the state the commands share.
+type node struct {
+	m      *mesh.Mesh
+	voters int
+	sink   *metrics.InmemSink // nil: no counters
+
+	mu     sync.Mutex
+	leases []*mesh.Lease // taken by hold, kept until the node stops
+}
+
 // Serve reads commands from in and answers on out until "quit" or the end
 // of in. Commands run concurrently; replies are written whole, one a line.
-func Serve(ctx context.Context, m *mesh.Mesh, voters int, in io.Reader, out io.Writer) {
+// sink, when not nil, is the mesh's metric sink, read by "stats".
+func Serve(ctx context.Context, m *mesh.Mesh, voters int, sink *metrics.InmemSink, in io.Reader, out io.Writer) {
+	n := &node{m: m, voters: voters, sink: sink}
 	var mu sync.Mutex
 	reply := func(r Reply) {
 		b, err := json.Marshal(r)
@@ -50,7 +65,7 @@ func Serve(ctx context.Context, m *mesh.Mesh, voters int, in io.Reader, out io.W
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := handle(ctx, m, voters, f[1], f[2:])
+			r, err := n.handle(ctx, f[1], f[2:])
 			r.ID = id
 			if err != nil {
 				r.Error = err.Error()
@@ -60,7 +75,8 @@ func Serve(ctx context.Context, m *mesh.Mesh, voters int, in io.Reader, out io.W
 	}
 }
 
-func handle(ctx context.Context, m *mesh.Mesh, voters int, verb string, args []string) (Reply, error) {
+func (n *node) handle(ctx context.Context, verb string, args []string) (Reply, error) {
+	m, voters := n.m, n.voters
 	var r Reply
 	switch verb {
 	case "ready":
@@ -128,8 +144,117 @@ func handle(ctx context.Context, m *mesh.Mesh, voters int, verb string, args []s
 			func(int) (workload.Locker, error) { return locker{m}, nil },
 			func(i int) string { return fmt.Sprintf("%s/%d", m.Name(), i) })
 		return r, err
+	case "hold":
+		if len(args) != 2 {
+			return r, fmt.Errorf("hold N PREFIX")
+		}
+		want, err := strconv.Atoi(args[0])
+		if err != nil || want < 0 {
+			return r, fmt.Errorf("hold: bad N %q", args[0])
+		}
+		start := time.Now()
+		err = n.hold(ctx, want, args[1])
+		r.Seconds = time.Since(start).Seconds()
+		r.Held, r.Lost = n.count()
+		return r, err
+	case "stats":
+		r.Held, r.Lost = n.count()
+		r.HeapBytes = liveHeap()
+		r.Counters = n.counters()
+		return r, nil
 	}
 	return r, fmt.Errorf("unknown command %q", verb)
+}
+
+// hold takes leases prefix/i, 256 at a time, until want are held.
+func (n *node) hold(ctx context.Context, want int, prefix string) error {
+	n.mu.Lock()
+	from := len(n.leases)
+	n.mu.Unlock()
+	if want <= from {
+		return nil
+	}
+	got := make([]*mesh.Lease, want-from)
+	var (
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	for range min(256, len(got)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(got) || ctx.Err() != nil {
+					return
+				}
+				actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				l, err := n.m.Acquire(actx, fmt.Sprintf("%s/%d", prefix, from+i))
+				cancel()
+				if err != nil {
+					errOnce.Do(func() { first = err })
+					return
+				}
+				got[i] = l
+			}
+		}()
+	}
+	wg.Wait()
+	n.mu.Lock()
+	for _, l := range got {
+		if l != nil {
+			n.leases = append(n.leases, l)
+		}
+	}
+	n.mu.Unlock()
+	if first != nil {
+		return fmt.Errorf("hold: %w", first)
+	}
+	return ctx.Err()
+}
+
+// count is how many leases hold took, and how many of them are lost.
+func (n *node) count() (held, lost int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, l := range n.leases {
+		select {
+		case <-l.Done():
+			lost++
+		default:
+		}
+	}
+	return len(n.leases), lost
+}
+
+// counters sums the mesh's counters over every interval the sink kept
+// (the bench's sink keeps them all), by name without the "lockmesh."
+// prefix and the node label.
+func (n *node) counters() map[string]float64 {
+	if n.sink == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, iv := range n.sink.Data() {
+		iv.RLock()
+		for key, v := range iv.Counters {
+			name, _, _ := strings.Cut(key, ";")
+			out[strings.TrimPrefix(name, "lockmesh.")] += v.Sum
+		}
+		iv.RUnlock()
+	}
+	return out
+}
+
+// liveHeap is the heap in use after two full collections.
+func liveHeap() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
 }
 
 func duration(args []string, i int) (time.Duration, error) {

@@ -82,6 +82,12 @@ func Contend(ctx context.Context, workers int, d, hold time.Duration, maxHolds i
 		granted  = make(chan struct{}) // closed at the next grant (mu)
 		wg       sync.WaitGroup
 	)
+	// A failure ends the run for every goroutine, those blocked in Lock
+	// included: a holder whose release failed may keep the key for good
+	// (a lock with no lease, such as the raft FSM's), and its waiters would
+	// wait until the case times out.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	fail := func(err error) {
 		mu.Lock()
 		if firstErr == nil {
@@ -89,6 +95,7 @@ func Contend(ctx context.Context, workers int, d, hold time.Duration, maxHolds i
 		}
 		mu.Unlock()
 		stop.Store(true)
+		cancel()
 	}
 	timer := time.AfterFunc(d, func() { stop.Store(true) })
 	defer timer.Stop()

@@ -1,0 +1,73 @@
+package workload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 1000; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Microsecond)
+	}
+	s := Summarize(d)
+	if s.N != 1000 || s.P50 != 500 || s.P99 != 990 || s.P999 != 999 || s.Min != 1 || s.Max != 1000 {
+		t.Fatalf("%+v", s)
+	}
+	if s := Summarize(nil); s.N != 0 {
+		t.Fatalf("empty: %+v", s)
+	}
+}
+
+// Handovers measures release-to-next-grant gaps between different
+// holders, and tells apart grants back to the releaser and overlaps.
+func TestHandovers(t *testing.T) {
+	us := int64(time.Microsecond)
+	holds := []Hold{
+		{Worker: "b", Acquired: 150 * us, Released: 160 * us},
+		{Worker: "a", Acquired: 0, Released: 100 * us},
+		{Worker: "b", Acquired: 170 * us, Released: 180 * us}, // back to b
+		{Worker: "c", Acquired: 175 * us, Released: 190 * us}, // before b let go
+		{Worker: "a", Acquired: 200 * us, Released: 210 * us},
+	}
+	r := Handovers(holds, 3, "test")
+	if r.Holds != 5 || r.SameWorker != 1 || r.Overlaps != 1 {
+		t.Fatalf("%+v", r)
+	}
+	if h := r.Handover; h.N != 2 || h.Min != 10 || h.Max != 50 {
+		t.Fatalf("gaps %+v, want 50 µs and 10 µs", h)
+	}
+}
+
+// A failed release ends a hand-over run at once, even for goroutines
+// blocked in Lock on a key that the failed holder keeps for good.
+func TestContendStopsOnFailure(t *testing.T) {
+	var mu sync.Mutex
+	held := false
+	locker := LockerFunc(func(ctx context.Context, key string) (func(context.Context) error, error) {
+		mu.Lock()
+		if !held {
+			held = true
+			mu.Unlock()
+			return func(context.Context) error { return errors.New("release lost") }, nil
+		}
+		mu.Unlock()
+		<-ctx.Done() // the key is never given back
+		return nil, ctx.Err()
+	})
+	start := time.Now()
+	_, err := Contend(context.Background(), 4, time.Minute, 0, 100, "k",
+		func(int) (Locker, error) { return locker, nil },
+		func(i int) string { return fmt.Sprint(i) })
+	if err == nil || !strings.Contains(err.Error(), "release lost") {
+		t.Fatalf("error %v, want the failed release", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("Contend returned after %v: the blocked goroutines were not stopped", d)
+	}
+}
