@@ -25,15 +25,82 @@ type outcome struct {
 
 // drive runs fn on the proposer, then does everything the proposer wants
 // done: answers its own requests to this node's acceptor at once, sends the
-// others, hands results to waiting callers, and updates leases.
+// others, hands results to waiting callers, and updates leases. fn has run
+// when drive returns.
+//
+// Callers combine: one that finds another goroutine driving hands fn over
+// and waits, and the driver runs every fn handed to it before it reads the
+// proposer's Ready. So under load propMu changes hands once per batch of
+// callers rather than once per caller, and their operations leave
+// together, one message per voter. A driver serves at most driveBatches
+// batches, then hands the role to the next waiter.
 func (m *Mesh) drive(fn func(p *quorum.Proposer)) {
+	m.combMu.Lock()
+	if m.driving {
+		w := driveWaiter{fn: fn, done: make(chan bool, 1)}
+		m.pending = append(m.pending, w)
+		m.combMu.Unlock()
+		if !<-w.done {
+			return // run by the driver
+		}
+		// Handed the role of driver, with fn not yet run.
+	} else {
+		m.driving = true
+		m.combMu.Unlock()
+	}
 	m.propMu.Lock()
 	defer m.propMu.Unlock()
+	m.driveLocked([]driveWaiter{{fn: fn}})
+	for range driveBatches {
+		m.combMu.Lock()
+		batch := m.pending
+		m.pending = nil
+		if len(batch) == 0 {
+			m.driving = false
+			m.combMu.Unlock()
+			return
+		}
+		m.combMu.Unlock()
+		m.driveLocked(batch)
+	}
+	m.combMu.Lock()
+	if len(m.pending) == 0 {
+		m.driving = false
+	} else {
+		next := m.pending[0]
+		m.pending = m.pending[1:]
+		next.done <- true
+	}
+	m.combMu.Unlock()
+}
+
+// driveBatches bounds the batches one driver runs for others.
+const driveBatches = 4
+
+// driveWaiter is a caller of drive waiting for the driver: done receives
+// false once fn has run, true when the caller is to drive itself.
+type driveWaiter struct {
+	fn   func(p *quorum.Proposer)
+	done chan bool
+}
+
+// driveLocked runs the batch's functions, then the proposer's Ready, and
+// lets the batch's callers go (propMu held).
+func (m *Mesh) driveLocked(batch []driveWaiter) {
+	defer func() {
+		for _, w := range batch {
+			if w.done != nil {
+				w.done <- false
+			}
+		}
+	}()
 	if m.prop == nil {
 		return
 	}
-	if fn != nil {
-		fn(m.prop)
+	for _, w := range batch {
+		if w.fn != nil {
+			w.fn(m.prop)
+		}
 	}
 	for m.prop.HasReady() {
 		rd := m.prop.Ready()
@@ -78,23 +145,15 @@ func (m *Mesh) localRequest(req *quorum.Request) *quorum.Response {
 	return resp
 }
 
-// sendRequest sends a request to another voter and steps its answer. Large
-// batches go in several messages.
+// sendRequest sends a request to another voter (through its outbox, see
+// post); its answer is stepped when it comes.
 func (m *Mesh) sendRequest(req *quorum.Request) {
 	addr, ok := m.book.rpcAddr(string(req.To))
 	if !ok {
 		m.incr("send.unknown_peer", 1)
 		return // not seen in gossip yet: its votes will be missing this round
 	}
-	for len(req.Ops) > 0 {
-		part := *req
-		n := min(len(req.Ops), m.lim.maxOps)
-		part.Ops, req.Ops = req.Ops[:n:n], req.Ops[n:]
-		body := encodeRequest(&part)
-		m.incr("messages.sent", 1)
-		m.incr("bytes.sent", float32(len(body)))
-		go m.call(addr, req.To, body)
-	}
+	m.post(addr, req)
 }
 
 // call sends one request to voter to at addr and steps the answer, which

@@ -24,7 +24,8 @@ type Mesh struct {
 	name  quorum.NodeID
 	inc   uint64
 	log   hclog.Logger
-	met   *metrics.Metrics
+	met   *metrics.Metrics // nil: no Config.MetricSink
+	lbl   []metrics.Label
 	clock *clock
 	lim   limits
 
@@ -49,6 +50,11 @@ type Mesh struct {
 	accMu sync.Mutex
 	acc   *quorum.Acceptor // nil on a node that does not vote
 
+	// combMu guards the callers of drive waiting for the driver.
+	combMu  sync.Mutex
+	driving bool
+	pending []driveWaiter
+
 	propMu  sync.Mutex
 	prop    *quorum.Proposer
 	rand    *rand.Rand
@@ -59,6 +65,8 @@ type Mesh struct {
 	// observe, when a test sets it, sees every operation result
 	// (internal ones included) under propMu.
 	observe func(quorum.OpResult)
+
+	outbox outboxes // requests waiting for a free call, per voter
 
 	kick      chan struct{}
 	armed     time.Duration // when the timer loop will next tick (propMu)

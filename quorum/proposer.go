@@ -460,6 +460,9 @@ func (p *Proposer) Ready() Ready {
 	var rd Ready
 	for i := range p.out {
 		if len(p.out[i].Ops) > 0 {
+			if rd.Requests == nil {
+				rd.Requests = make([]Request, 0, len(p.out)-i)
+			}
 			rd.Requests = append(rd.Requests, p.out[i])
 			p.out[i] = Request{}
 		}

@@ -62,7 +62,26 @@ func (ks *keyState) unused() bool {
 type fastPath struct {
 	ballot Ballot
 	base   Value
-	incs   map[NodeID]uint64 // acceptors that promised ballot, by incarnation
+	incs   voterIncs // acceptors that promised ballot, by incarnation
+}
+
+// voterIncs are acceptors with the incarnation each answered from: a few
+// pairs, looked up by scanning (cheaper than a map for a quorum's worth).
+type voterIncs []voterInc
+
+type voterInc struct {
+	id  NodeID
+	inc uint64
+}
+
+// get is id's incarnation, 0 if id is not in v.
+func (v voterIncs) get(id NodeID) uint64 {
+	for _, x := range v {
+		if x.id == id {
+			return x.inc
+		}
+	}
+	return 0
 }
 
 // op is one operation in progress.
@@ -203,6 +222,9 @@ func (p *Proposer) newRound(x *op) {
 	p.rounds[x.rid] = x
 	x.votes = newTally(p.quorumOf())
 	x.msgs = 0
+	if x.replies == nil {
+		x.replies = make([]reply, 0, len(x.votes.m.Voters))
+	}
 	x.replies = x.replies[:0]
 	x.timerGen++
 	x.phaseAt = p.clock.Now()
@@ -263,7 +285,7 @@ func (p *Proposer) push(voter int, o Op) {
 
 // sendAccepts sends v at x.ballot to every voter whose incarnation is known,
 // promising the next ballot of this proposer at the same time.
-func (p *Proposer) sendAccepts(x *op, v Value, incs map[NodeID]uint64) {
+func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 	now := p.clock.Now()
 	x.phase = phaseAccept
 	x.proposed = v
@@ -285,7 +307,7 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs map[NodeID]uint64) {
 		p.newRound(x)
 	}
 	for i, id := range p.m.Voters {
-		inc := incs[id]
+		inc := incs.get(id)
 		if inc == 0 {
 			inc = p.incs[id]
 		}
@@ -519,10 +541,10 @@ func (p *Proposer) decide(x *op) {
 		p.retry(x)
 		return
 	}
-	incs := make(map[NodeID]uint64, len(x.replies))
+	incs := make(voterIncs, 0, len(x.replies))
 	for _, r := range x.replies {
 		if r.res.OK {
-			incs[r.from] = r.inc
+			incs = append(incs, voterInc{r.from, r.inc})
 		}
 	}
 	p.sendAccepts(x, v, incs)
@@ -552,10 +574,10 @@ func (p *Proposer) accepted(x *op) {
 		p.conclude(x, res)
 		return
 	}
-	incs := make(map[NodeID]uint64, len(x.replies))
+	incs := make(voterIncs, 0, len(x.replies))
 	quorum := make([]NodeID, 0, len(x.replies))
 	for _, r := range x.replies {
-		incs[r.from] = r.inc
+		incs = append(incs, voterInc{r.from, r.inc})
 		quorum = append(quorum, r.from)
 	}
 	if x.kind != kindRead {
