@@ -240,7 +240,7 @@ func (r *renewalResult) markdown(b *strings.Builder) {
 		if lv.Error != "" {
 			c += " (" + oneLine(lv.Error) + ")"
 		}
-		if lv.Lost > 0 {
+		if lv.Lost > 0 && !strings.Contains(lv.Error, "leases lost") {
 			c += fmt.Sprintf(" (%d leases lost)", lv.Lost)
 		}
 		mem := "—"

@@ -512,29 +512,31 @@ func TestReplayedRequestsChangeNothing(t *testing.T) {
 	if err := l1.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The requests to node0 (a minority: node1 did not wait for it) may
+	// still be on their way when Release returns: wait for an accept.
 	var captured [][]byte
-	rec.mu.Lock()
-	for _, c := range rec.sent {
-		if c.addr != target.Status().RPCAddr {
-			continue
-		}
-		req, err := target.lim.decodeRequest(c.body)
-		if err == nil && req.Ops[0].Key == "k" {
-			captured = append(captured, c.body)
-		}
-	}
-	rec.mu.Unlock()
 	var kinds []string
-	for _, b := range captured {
-		req, _ := target.lim.decodeRequest(b)
-		for _, op := range req.Ops {
-			kinds = append(kinds, op.Kind.String())
+	capture := func() bool {
+		captured, kinds = nil, nil
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		for _, c := range rec.sent {
+			if c.addr != target.Status().RPCAddr {
+				continue
+			}
+			req, err := target.lim.decodeRequest(c.body)
+			if err != nil || req.Ops[0].Key != "k" {
+				continue
+			}
+			captured = append(captured, c.body)
+			for _, op := range req.Ops {
+				kinds = append(kinds, op.Kind.String())
+			}
 		}
+		return strings.Contains(strings.Join(kinds, " "), "accept")
 	}
+	waitFor(t, 10*time.Second, "an accept from node1 to node0 to be captured", capture)
 	t.Logf("captured %d requests from node1 to node0 about k: %v", len(captured), kinds)
-	if !strings.Contains(strings.Join(kinds, " "), "accept") {
-		t.Fatal("no accept captured")
-	}
 
 	// node2 takes the key: newer ballots everywhere.
 	lease := hold(t, s.nodes[2], s.nodes[1], "k")

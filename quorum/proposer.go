@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"container/heap"
 	"fmt"
 	"math/rand"
 	"slices"
@@ -492,7 +491,7 @@ func (p *Proposer) HasReady() bool {
 func (p *Proposer) Tick() {
 	now := p.clock.Now()
 	for len(p.timers) > 0 && p.timers[0].at <= now {
-		t := heap.Pop(&p.timers).(timer)
+		t := p.timers.pop()
 		t.fire(p, now)
 	}
 }
@@ -500,7 +499,7 @@ func (p *Proposer) Tick() {
 // NextTick is the earliest time at which Tick has work.
 func (p *Proposer) NextTick() (time.Duration, bool) {
 	for len(p.timers) > 0 && p.timers[0].stale(p) {
-		heap.Pop(&p.timers)
+		p.timers.pop()
 	}
 	if len(p.timers) == 0 {
 		return 0, false

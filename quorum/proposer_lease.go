@@ -1,9 +1,6 @@
 package quorum
 
-import (
-	"container/heap"
-	"time"
-)
+import "time"
 
 // heldLease is a lease this node holds.
 type heldLease struct {
@@ -13,7 +10,12 @@ type heldLease struct {
 	opts      AcquireOptions
 	renewing  bool
 	gen       uint64 // bumps invalidate the lease's timers
-	index     int    // in Proposer.held
+	// noticeAt is when the armed notice timer fires (0: none armed). A
+	// renewal does not move it: the timer, once due, looks at the deadline
+	// then and sets itself again if it moved, so that a node renewing many
+	// leases arms one notice timer per lease per TTL, not per renewal.
+	noticeAt time.Duration
+	index    int // in Proposer.held
 }
 
 func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.Duration, opts AcquireOptions) {
@@ -29,9 +31,17 @@ func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.D
 // renewal timer fires in time for it.
 func (p *Proposer) armLease(ks *keyState) {
 	l := ks.lease
-	l.gen++
-	p.arm(timer{at: l.deadline - l.opts.Notice, kind: timerNotice, ks: ks, gen: l.gen})
+	if at := l.deadline - l.opts.Notice; l.noticeAt == 0 || at < l.noticeAt {
+		p.armNotice(ks, at)
+	}
 	p.armRenew(l.lastStart + l.opts.RenewEvery)
+}
+
+func (p *Proposer) armNotice(ks *keyState, at time.Duration) {
+	l := ks.lease
+	l.gen++
+	l.noticeAt = at
+	p.arm(timer{at: at, kind: timerNotice, ks: ks, gen: l.gen})
 }
 
 // armRenew makes the renewal timer fire at at, unless it fires sooner. One
@@ -62,10 +72,15 @@ func (p *Proposer) dropLease(ks *keyState) {
 
 // renewDue starts a renewal of every lease that is at least halfway to its
 // renewal time, so that leases taken at different moments fall into one
-// batch: one message per voter renews them all.
+// batch: one message per voter renews them all. At most maxRenewBatch start
+// in one pass; the rest follow a renewal round's time later (renewPace), so
+// that a node holding very many leases sends them in batches each voter
+// answers well within the round timer, instead of one batch so large that
+// its round times out and every renewal in it is retried.
 func (p *Proposer) renewDue(now time.Duration) {
 	p.renewArmed = false
 	next, any := time.Duration(0), false
+	started := 0
 	for _, ks := range p.held {
 		l := ks.lease
 		if l.renewing {
@@ -77,6 +92,11 @@ func (p *Proposer) renewDue(now time.Duration) {
 			}
 			continue
 		}
+		if started == maxRenewBatch {
+			next, any = now+p.renewPace(), true
+			break
+		}
+		started++
 		l.renewing = true
 		x := p.newOp(ks, kindRenew, l.deadline-l.opts.Notice)
 		x.epoch = l.epoch
@@ -86,6 +106,16 @@ func (p *Proposer) renewDue(now time.Duration) {
 	if any {
 		p.armRenew(next)
 	}
+}
+
+// maxRenewBatch bounds the renewals one pass of renewDue starts.
+const maxRenewBatch = 4096
+
+// renewPace is how long renewDue waits before the next batch when it had
+// more leases due than one batch: about a renewal round's time (smoothed),
+// at least 1ms, at most a round timeout.
+func (p *Proposer) renewPace() time.Duration {
+	return min(max(p.srtt, time.Millisecond), p.cfg.RoundTimeout)
 }
 
 // renewed runs when a renewal was accepted by a majority.
@@ -128,7 +158,12 @@ func (p *Proposer) renewFailed(ks *keyState, epoch uint64, why LostReason, unkno
 // deadline, the lease is reported lost now, before its deadline passes.
 func (p *Proposer) noticeDue(ks *keyState, now time.Duration) {
 	l := ks.lease
-	if l == nil || now < l.deadline-l.opts.Notice {
+	if l == nil {
+		return
+	}
+	l.noticeAt = 0
+	if at := l.deadline - l.opts.Notice; now < at {
+		p.armNotice(ks, at) // renewed since the timer was set
 		return
 	}
 	p.lose(ks, LostNoQuorum)
@@ -266,23 +301,56 @@ func (t *timer) fire(p *Proposer, now time.Duration) {
 func (p *Proposer) arm(t timer) {
 	p.nextRID++ // shared counter: unique, increasing
 	t.seq = p.nextRID
-	heap.Push(&p.timers, t)
+	p.timers.push(t)
 }
 
+// timerHeap is a min-heap of timers by time (then by arming order), typed
+// so that a push does not box the timer in an interface (container/heap).
 type timerHeap []timer
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+func (a *timer) before(b *timer) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *timerHeap) push(t timer) {
+	*h = append(*h, t)
+	s := *h
+	for i := len(s) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !s[i].before(&s[parent]) {
+			break
+		}
+		s[i], s[parent] = s[parent], s[i]
+		i = parent
+	}
+}
+
+// pop removes and returns the earliest timer; h must not be empty.
+func (h *timerHeap) pop() timer {
+	s := *h
+	n := len(s) - 1
+	t := s[0]
+	s[0] = s[n]
+	s[n] = timer{} // let its op and key state go
+	s = s[:n]
+	*h = s
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		j := l
+		if r := l + 1; r < n && s[r].before(&s[l]) {
+			j = r
+		}
+		if !s[j].before(&s[i]) {
+			break
+		}
+		s[i], s[j] = s[j], s[i]
+		i = j
+	}
+	return t
 }
