@@ -110,12 +110,15 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 		for _, res := range rd.Results {
 			m.result(res)
 		}
+		m.prop.ReuseResults(rd.Results)
 		for i := range rd.Requests {
 			req := &rd.Requests[i]
 			if req.To == m.name {
 				if resp := m.localRequest(req); resp != nil {
 					m.prop.Step(resp)
+					quorum.RecycleResults(resp.Results)
 				}
+				quorum.RecycleOps(req.Ops)
 				continue
 			}
 			m.sendRequest(req)
@@ -180,6 +183,7 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 		return
 	}
 	m.drive(func(p *quorum.Proposer) { p.Step(resp) })
+	quorum.RecycleResults(resp.Results)
 }
 
 // acceptorReady sends what the acceptor wants sent. Notifies to this node
@@ -343,7 +347,10 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	}
 	m.acceptorReady(ard, false)
 	m.kickTimer()
-	return encodeResponse(resp), nil
+	body = encodeResponse(resp)
+	quorum.RecycleOps(req.Ops)
+	quorum.RecycleResults(resp.Results)
+	return body, nil
 }
 
 func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {

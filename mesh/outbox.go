@@ -100,6 +100,7 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 	ops := make([]quorum.Op, 0, size)
 	for _, r := range queue[:n] {
 		ops = append(ops, r.Ops...)
+		quorum.RecycleOps(r.Ops)
 	}
 	first.Ops = ops
 	rest := queue[n:]
@@ -111,8 +112,9 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 
 // sendParts sends req to its voter, in several messages at once when it
 // has more operations than a message may carry, and steps each answer.
+// req's operations are given back once encoded.
 func (m *Mesh) sendParts(addr string, req *quorum.Request) {
-	var wg sync.WaitGroup
+	var bodies [][]byte
 	for ops := req.Ops; len(ops) > 0; {
 		part := *req
 		n := min(len(ops), m.lim.maxOps)
@@ -120,10 +122,15 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 		body := encodeRequest(&part)
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
-		if len(ops) == 0 {
-			m.call(addr, req.To, body)
-			break
-		}
+		bodies = append(bodies, body)
+	}
+	quorum.RecycleOps(req.Ops)
+	if len(bodies) == 1 {
+		m.call(addr, req.To, bodies[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, body := range bodies {
 		wg.Go(func() { m.call(addr, req.To, body) })
 	}
 	wg.Wait()

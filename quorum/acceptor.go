@@ -230,14 +230,14 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 		// Refuse each operation, so that the proposer counts this voter
 		// out at once instead of waiting for it.
 		resp.Status = StatusRecovering
-		resp.Results = make([]Result, len(req.Ops))
+		resp.Results = newResults(len(req.Ops))
 		for i := range req.Ops {
 			resp.Results[i] = Result{ID: req.Ops[i].ID, Reason: ReasonNoVote}
 		}
 		return resp
 	}
 	now := a.clock.Now()
-	resp.Results = make([]Result, len(req.Ops))
+	resp.Results = newResults(len(req.Ops))
 	for i := range req.Ops {
 		op := &req.Ops[i]
 		switch op.Kind {

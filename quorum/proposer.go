@@ -277,6 +277,7 @@ type Proposer struct {
 	nextRID uint64
 	out     []Request // per voter index
 	results []OpResult
+	spare   []OpResult // results handed back (ReuseResults), empty
 	events  []LeaseEvent
 	pushes  []ConfigPush
 	lists   []CatchUpRequest
@@ -473,6 +474,17 @@ func (p *Proposer) Ready() Ready {
 	return rd
 }
 
+// ReuseResults hands back the Results of a Ready once the caller is done
+// with them (it has copied what it keeps), for later Readys to reuse.
+// Optional.
+func (p *Proposer) ReuseResults(results []OpResult) {
+	if cap(results) == 0 || cap(results) > maxPooled {
+		return
+	}
+	clear(results)
+	p.spare = results[:0]
+}
+
 // HasReady reports whether Ready has anything.
 func (p *Proposer) HasReady() bool {
 	if len(p.results) > 0 || len(p.events) > 0 || len(p.pushes) > 0 || len(p.lists) > 0 {
@@ -518,6 +530,7 @@ func (p *Proposer) HandleNotify(n *Notify) {
 			if i < len(n.Promised) && n.Promised[i] > ks.counter {
 				ks.counter = n.Promised[i]
 			}
+			ks.notices++
 			p.wakeParked(ks)
 		}
 	}
@@ -604,6 +617,9 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		}
 		r.Internal = x.kind == kindCleanup
 		r.Attempted = x.attempted
+		if p.results == nil {
+			p.results, p.spare = p.spare, nil
+		}
 		p.results = append(p.results, r)
 	}
 	p.advance(ks)

@@ -208,6 +208,14 @@ func (p *Proposer) park(x *op, res OpResult) {
 	at := min(now+wait, x.deadline)
 	x.timerGen++
 	p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
+	if ks.notices != x.noticesAt {
+		// An acceptor said the key was free while this round was out:
+		// its Notify travels apart from the round's replies and may
+		// overtake them, and it will not be sent again. Try again now
+		// rather than wait out a lease that has ended.
+		p.wakeParked(ks)
+		return
+	}
 	p.advance(ks)
 }
 

@@ -49,6 +49,7 @@ type keyState struct {
 	fast         *fastPath
 	idle         bool   // idle: counted in Proposer.nidle
 	idleSeq      uint64 // tells the current idle-list entry from stale ones
+	notices      uint64 // how many Notifies for the key arrived (HandleNotify)
 }
 
 func (ks *keyState) unused() bool {
@@ -86,6 +87,10 @@ func (v voterIncs) get(id NodeID) uint64 {
 
 // op is one operation in progress.
 type op struct {
+	// noticesAt is ks.notices when the op's current round began: a
+	// Notify that came after it (notices moved) may have overtaken the
+	// round's replies (see park).
+	noticesAt  uint64
 	id         OpID
 	kind       opKind
 	ks         *keyState
@@ -163,6 +168,7 @@ func (p *Proposer) startRound(x *op) {
 		p.finish(x, OpResult{Outcome: Cancelled, Unknown: x.unknown})
 		return
 	}
+	x.noticesAt = x.ks.notices
 	if now >= x.deadline {
 		p.giveUp(x)
 		return
@@ -279,6 +285,7 @@ func (p *Proposer) push(voter int, o Op) {
 	r := &p.out[voter]
 	if r.Ops == nil {
 		r.Config, r.From, r.To = p.m.ID, p.cfg.ID, p.m.Voters[voter]
+		r.Ops = newOps()
 	}
 	r.Ops = append(r.Ops, o)
 }
