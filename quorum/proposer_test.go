@@ -420,3 +420,42 @@ func TestProposerIdleKeysKeepTheKeyJustUsed(t *testing.T) {
 		t.Errorf("acquire of the only idle key took %d round trips %v, want 1 (the fast path)", len(w), waveKinds(w))
 	}
 }
+
+// A waiting acquire whose prepare round is overtaken by the key's Notify
+// (the notify travels apart from the replies: another connection, another
+// goroutine) must not park until the old lease's end: the notify will not
+// come again. It tries again at once and is granted without time passing.
+func TestProposerNotifyOvertakingRepliesIsNotLost(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1", "p2")
+	g := c.mustGrant("p1", "k")
+	p2 := c.node("p2")
+	o := scOpts(true)
+	o.Deadline = p2.clock.Now() + 10*time.Second
+	op, err := p2.prop.Acquire("k", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The prepares reach the acceptors (which register p2 as a waiter and
+	// answer "held"), but the answers are not back yet.
+	var answers []*Response
+	for _, req := range p2.prop.Ready().Requests {
+		answers = append(answers, c.node(req.To).acc.HandleRequest(&req))
+	}
+	// p1 releases; the acceptors tell p2 at once.
+	c.mustRelease("p1", "k", g.Epoch)
+	if _, done := c.result("p2", op); done {
+		t.Fatal("the acquire ended before its replies came back")
+	}
+	// Now the replies of the earlier round arrive: the key was held.
+	for _, resp := range answers {
+		p2.prop.Step(resp)
+	}
+	c.settle() // no time passes
+	res, done := c.result("p2", op)
+	if !done || res.Outcome != Granted {
+		t.Fatalf("after the overtaken notify and no time passing: done %v, %v; want granted at once", done, res.Outcome)
+	}
+	if res.Epoch <= g.Epoch {
+		t.Errorf("granted epoch %d, not above the released %d", res.Epoch, g.Epoch)
+	}
+}
