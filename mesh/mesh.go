@@ -72,6 +72,7 @@ type Mesh struct {
 	armed     time.Duration // when the timer loop will next tick (propMu)
 	closed    chan struct{}
 	leaving   atomic.Bool // Leave has begun: no new acquire
+	bootRetry atomic.Bool // a retry of maybeBootstrap is pending
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 }
@@ -274,6 +275,18 @@ func (m *Mesh) publishMeta() {
 
 // maybeBootstrap forms the voter configuration once exactly
 // BootstrapExpect voters see each other, or adopts one a peer announces.
+// retryBootstrap runs maybeBootstrap again a few round timeouts from now,
+// unless a retry is already pending.
+func (m *Mesh) retryBootstrap() {
+	if !m.bootRetry.CompareAndSwap(false, true) {
+		return
+	}
+	time.AfterFunc(4*m.cfg.roundTimeout(), func() {
+		m.bootRetry.Store(false)
+		m.maybeBootstrap()
+	})
+}
+
 func (m *Mesh) maybeBootstrap() {
 	select {
 	case <-m.started:
@@ -309,7 +322,10 @@ func (m *Mesh) maybeBootstrap() {
 		vs, err := m.fetchConfig(ctx, from)
 		if err != nil {
 			m.log.Debug("fetching the voter configuration", "peer", from, "error", err)
-			return // asked again at the next gossip update
+			// Asked again at the next gossip update, but in a quiet mesh
+			// there may be none: try again soon in any case.
+			m.retryBootstrap()
+			return
 		}
 		if err := m.setup(vs); err != nil {
 			m.log.Error("cannot adopt the voter configuration", "voters", vs.Voters, "error", err)
