@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func TestRealHistoryIsLinearizable(t *testing.T) {
 	c.net.SetDropRate(0)
 	// Let background work (cleanups of unknown outcomes) finish, so that
 	// every write is in the history.
-	var pending []int
+	var pending, logged []int
 	waitFor(t, 20*time.Second, "background work to finish", func() bool {
 		pending = pending[:0]
 		busy := false
@@ -158,8 +159,10 @@ func TestRealHistoryIsLinearizable(t *testing.T) {
 			pending = append(pending, n)
 			busy = busy || n > 0
 		}
-		if busy {
-			t.Logf("operations pending, per node: %v", pending) // shown only if the wait fails
+		if busy && !slices.Equal(pending, logged) {
+			// Shown only if the wait fails; each change once, not each poll.
+			t.Logf("operations pending, per node: %v", pending)
+			logged = slices.Clone(pending)
 		}
 		return !busy
 	})

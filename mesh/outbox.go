@@ -11,8 +11,9 @@ import (
 // as one message, when a call ends: under load, the operations of many
 // callers share a message, its frame, its system calls and its reply (a
 // group commit), while a lone caller, who never finds a call busy, pays no
-// wait. Measured with bench's 64-goroutine throughput on 2 cores, this cut
-// messages per Acquire+Release several-fold (see bench/PERFORMANCE.md).
+// wait. With 64 callers on one voter, 0.16 requests per Acquire+Release
+// leave this node, against 3.35 with no bound on calls in flight
+// (TestConcurrentCallersShareMessages).
 const callsPerPeer = 2
 
 // outbox is one voter's queue of requests waiting for a free call.

@@ -68,16 +68,7 @@ func TestVoterGoneForGood(t *testing.T) {
 	settledAt := control.Now()
 	t.Logf("every live node knows %v %v after the change returned", final, spread.Round(time.Millisecond))
 
-	// The new voters serve on their own.
-	keepWorking(t, c, cl)
-	if took, err := c.waitWhole(wholeMeshTimeout); err != nil {
-		t.Fatal(err)
-	} else {
-		t.Logf("the mesh of the new voters is whole (%v)", took.Round(time.Millisecond))
-	}
-	cl.stop()
-	s := c.finish()
-	w := checkWaits(t, cl, killedAt, settledAt, dead.name)
+	s, w := endOnNewVoters(t, c, cl, killedAt, settledAt, dead.name)
 	t.Logf("figures: voter gone for good: %d ops checked; add %v, remove %v; kill to settled %v; acquires on live nodes from the kill to the settled configuration: %v",
 		s.ops, add.took.Round(time.Millisecond), remove.took.Round(time.Millisecond),
 		time.Duration(settledAt-killedAt).Round(time.Millisecond), w)
@@ -174,6 +165,18 @@ func TestAutopilotReplacesGoneVoter(t *testing.T) {
 		t.Errorf("%s, started with NoVote, votes (%q)", noVote.name, st.Voting)
 	}
 
+	s, w := endOnNewVoters(t, c, cl, killedAt, settledAt, dead.name)
+	t.Logf("figures: autopilot: %d ops checked; kill to settled replacement %v (seen dead in gossip %v, first change seen %v, version %d to %d); acquires on live nodes from the kill to the settled configuration: %v",
+		s.ops, replaced.Round(time.Millisecond), time.Duration(deadAt-killedAt).Round(time.Millisecond),
+		time.Duration(changedAt-killedAt).Round(time.Millisecond), before.Version, after.Version, w)
+}
+
+// endOnNewVoters ends a scenario whose voters were replaced: the new voters
+// must serve on their own (more grants, a whole mesh), then the history is
+// checked, and the acquires of clients on live nodes between the kill and
+// the settled configuration (checkWaits).
+func endOnNewVoters(t *testing.T, c *cluster, cl *clients, killedAt, settledAt int64, dead string) (summary, waitStats) {
+	t.Helper()
 	keepWorking(t, c, cl)
 	if took, err := c.waitWhole(wholeMeshTimeout); err != nil {
 		t.Fatal(err)
@@ -182,10 +185,7 @@ func TestAutopilotReplacesGoneVoter(t *testing.T) {
 	}
 	cl.stop()
 	s := c.finish()
-	w := checkWaits(t, cl, killedAt, settledAt, dead.name)
-	t.Logf("figures: autopilot: %d ops checked; kill to settled replacement %v (seen dead in gossip %v, first change seen %v, version %d to %d); acquires on live nodes from the kill to the settled configuration: %v",
-		s.ops, replaced.Round(time.Millisecond), time.Duration(deadAt-killedAt).Round(time.Millisecond),
-		time.Duration(changedAt-killedAt).Round(time.Millisecond), before.Version, after.Version, w)
+	return s, checkWaits(t, cl, killedAt, settledAt, dead)
 }
 
 // waitStats are the acquires of clients on nodes that stayed up, over a
