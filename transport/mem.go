@@ -163,8 +163,10 @@ func (m *MemTransport) deliver(f memFrame, delay time.Duration) {
 			m.net.count(false)
 			return
 		}
-		m.net.count(true)
+		// Counted once acted on, so that a quiet network (every frame
+		// delivered or dropped) also means every handler has returned.
 		m.receive(f)
+		m.net.count(true)
 	}()
 }
 

@@ -33,7 +33,7 @@ type Network struct {
 // Sent + Duplicated = Delivered + Dropped + frames still in flight.
 type NetworkStats struct {
 	Sent       uint64 // frames offered to the network
-	Delivered  uint64 // frames that reached an open destination
+	Delivered  uint64 // frames that reached an open destination and were acted on (the handler returned)
 	Dropped    uint64 // frames lost to a partition, a cut, the drop rate, or a destination that closed before they arrived
 	Duplicated uint64 // extra copies made by the duplicate rate
 }
