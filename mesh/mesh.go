@@ -273,8 +273,6 @@ func (m *Mesh) publishMeta() {
 	}
 }
 
-// maybeBootstrap forms the voter configuration once exactly
-// BootstrapExpect voters see each other, or adopts one a peer announces.
 // retryBootstrap runs maybeBootstrap again a few round timeouts from now,
 // unless a retry is already pending.
 func (m *Mesh) retryBootstrap() {
@@ -287,6 +285,8 @@ func (m *Mesh) retryBootstrap() {
 	})
 }
 
+// maybeBootstrap forms the voter configuration once exactly
+// BootstrapExpect voters see each other, or adopts one a peer announces.
 func (m *Mesh) maybeBootstrap() {
 	select {
 	case <-m.started:

@@ -302,3 +302,55 @@ func TestVoterChangeErrors(t *testing.T) {
 		t.Fatalf("acquiring the configuration register: %v", err)
 	}
 }
+
+// failingCalls wraps a transport so that a test can make its calls fail
+// and know when none is in flight.
+type failingCalls struct {
+	transport.Transport
+	fail     atomic.Bool
+	inFlight atomic.Int64
+	failed   atomic.Int64
+}
+
+func (f *failingCalls) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+	f.inFlight.Add(1)
+	defer f.inFlight.Add(-1)
+	if f.fail.Load() {
+		f.failed.Add(1)
+		return nil, fmt.Errorf("%w: the test refuses calls", transport.ErrConnClosed)
+	}
+	return f.Transport.Call(ctx, addr, body)
+}
+
+// A node that starts knowing no voters asks a voter that gossip shows for
+// the configuration. When those first fetches fail and the mesh is quiet
+// afterwards, no gossip update comes to trigger another: the node must try
+// again on its own, and learn the configuration once calls go through.
+func TestConfigFetchRetriedInQuietMesh(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	c.waitVoting()
+	var tr *failingCalls
+	late := c.addNode("late", nil, func(cfg *Config) {
+		cfg.Transport = func(name string, h transport.Handler) (transport.Transport, error) {
+			mt, err := c.net.Listen(name, h)
+			if err != nil {
+				return nil, err
+			}
+			tr = &failingCalls{Transport: mt}
+			tr.fail.Store(true)
+			return tr, nil
+		}
+	})
+	c.waitMembers()
+	// Every fetch that gossip's join notices started has failed.
+	waitFor(t, 10*time.Second, "late's fetches to fail", func() bool {
+		return tr.failed.Load() > 0 && tr.inFlight.Load() == 0
+	})
+	if _, err := late.Voters(); err == nil {
+		t.Fatal("late knows a configuration although every fetch failed")
+	}
+	failed := tr.failed.Load()
+	tr.fail.Store(false)
+	waitConfig(t, late, c.names[:3]...)
+	t.Logf("late learned the configuration after %d failed fetches", failed)
+}
