@@ -23,6 +23,13 @@ type outcome struct {
 	err   error
 }
 
+// outcomeChans keeps the one-slot channels through which results reach
+// the callers of Acquire and Release. A channel goes back only once its
+// value was received, or when it was never registered: result sends at most
+// once on each, deleting the waiter first, so a reused channel is empty and
+// nothing else will send on it.
+var outcomeChans = sync.Pool{New: func() any { return make(chan outcome, 1) }}
+
 // drive runs fn on the proposer, then does everything the proposer wants
 // done: answers its own requests to this node's acceptor at once, sends the
 // others, hands results to waiting callers, and updates leases. fn has run
@@ -123,6 +130,7 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 			}
 			m.sendRequest(req)
 		}
+		m.prop.ReuseRequests(rd.Requests)
 		m.sendPushes(rd.Pushes)
 		m.sendLists(rd.Lists)
 	}

@@ -95,7 +95,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.released = true
 	l.deadline = time.Now()
 	l.mu.Unlock()
-	ch := make(chan outcome, 1)
+	ch := outcomeChans.Get().(chan outcome)
 	var startErr error
 	m.drive(func(p *quorum.Proposer) {
 		// Ending the lease under propMu keeps a renewal result from
@@ -113,10 +113,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		m.waiters[id] = ch
 	})
 	if startErr != nil {
+		outcomeChans.Put(ch)
 		return nil
 	}
 	select {
 	case o := <-ch:
+		outcomeChans.Put(ch)
 		switch {
 		case o.err != nil:
 			return o.err
@@ -206,7 +208,7 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	default:
 		qo.Deadline = m.clock.Now() + 100*365*24*time.Hour
 	}
-	ch := make(chan outcome, 1)
+	ch := outcomeChans.Get().(chan outcome)
 	var id quorum.OpID
 	var startErr error
 	m.drive(func(p *quorum.Proposer) {
@@ -216,10 +218,12 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		}
 	})
 	if startErr != nil {
+		outcomeChans.Put(ch)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, startErr)
 	}
 	select {
 	case out := <-ch:
+		outcomeChans.Put(ch)
 		l, err := m.acquired(key, out, start)
 		if err != nil && wait && (out.res.Outcome == quorum.Locked || out.res.Outcome == quorum.NoQuorum) {
 			// A waiting acquire ends this way only at its deadline, ctx's.
@@ -235,6 +239,7 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	m.drive(func(p *quorum.Proposer) { p.Cancel(id) })
 	select {
 	case out := <-ch:
+		outcomeChans.Put(ch)
 		if out.lease != nil {
 			go out.lease.Release(context.Background())
 		}

@@ -98,7 +98,7 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 	for _, r := range queue[:n] {
 		size += len(r.Ops)
 	}
-	ops := make([]quorum.Op, 0, size)
+	ops := quorum.MakeOps(size)[:0]
 	for _, r := range queue[:n] {
 		ops = append(ops, r.Ops...)
 		quorum.RecycleOps(r.Ops)
@@ -106,7 +106,9 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 	first.Ops = ops
 	rest := queue[n:]
 	if len(rest) == 0 {
-		rest = nil
+		// All taken: the queue starts again at the front of its array.
+		clear(queue)
+		rest = queue[:0]
 	}
 	return first, rest
 }

@@ -487,7 +487,7 @@ func (l limits) decodeRequest(body []byte) (*quorum.Request, error) {
 	n := d.array(-1, l.maxOps)
 	d.fits(n, minOpBytes)
 	if d.err == nil {
-		r.Ops = make([]quorum.Op, n)
+		r.Ops = quorum.MakeOps(n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		op := &r.Ops[i]
@@ -521,7 +521,7 @@ func (l limits) decodeResponse(body []byte) (*quorum.Response, error) {
 	n := d.array(-1, l.maxOps)
 	d.fits(n, minResultBytes)
 	if d.err == nil {
-		r.Results = make([]quorum.Result, n)
+		r.Results = quorum.MakeResults(n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		res := &r.Results[i]

@@ -25,6 +25,24 @@ func newOps() []Op {
 	return nil
 }
 
+// MakeOps returns n zero operations, in a slice given back earlier when
+// one is large enough: for a decoder of requests whose caller will
+// RecycleOps them once handled.
+func MakeOps(n int) []Op {
+	if p, ok := opsPool.Get().(*[]Op); ok {
+		if cap(*p) >= n {
+			return (*p)[:n]
+		}
+		opsPool.Put(p)
+	}
+	return make([]Op, n)
+}
+
+// MakeResults returns n zero results, in a slice given back earlier when
+// one is large enough: for a decoder of responses whose caller will
+// RecycleResults them once stepped.
+func MakeResults(n int) []Result { return newResults(n) }
+
 // RecycleOps gives back the operations of a request that nothing refers to
 // any more: it was encoded, or its acceptor has handled it. The caller must
 // not use ops afterwards.

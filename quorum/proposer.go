@@ -278,6 +278,7 @@ type Proposer struct {
 	out     []Request // per voter index
 	results []OpResult
 	spare   []OpResult // results handed back (ReuseResults), empty
+	spareRq []Request  // requests handed back (ReuseRequests), empty
 	events  []LeaseEvent
 	pushes  []ConfigPush
 	lists   []CatchUpRequest
@@ -461,7 +462,10 @@ func (p *Proposer) Ready() Ready {
 	for i := range p.out {
 		if len(p.out[i].Ops) > 0 {
 			if rd.Requests == nil {
-				rd.Requests = make([]Request, 0, len(p.out)-i)
+				rd.Requests, p.spareRq = p.spareRq, nil
+				if cap(rd.Requests) < len(p.out)-i {
+					rd.Requests = make([]Request, 0, len(p.out)-i)
+				}
 			}
 			rd.Requests = append(rd.Requests, p.out[i])
 			p.out[i] = Request{}
@@ -483,6 +487,17 @@ func (p *Proposer) ReuseResults(results []OpResult) {
 	}
 	clear(results)
 	p.spare = results[:0]
+}
+
+// ReuseRequests hands back the Requests of a Ready once the caller has
+// sent or copied each (the slice, not the operations in it, which travel
+// with the requests), for later Readys to reuse. Optional.
+func (p *Proposer) ReuseRequests(requests []Request) {
+	if cap(requests) == 0 || cap(requests) > maxPooled {
+		return
+	}
+	clear(requests)
+	p.spareRq = requests[:0]
 }
 
 // HasReady reports whether Ready has anything.

@@ -519,6 +519,9 @@ func (s *sim) flush(n *simNode) {
 			to := s.node(req.To)
 			s.send(n, to, func() { s.handleRequest(to, n, &req) })
 		}
+		// As the mesh does: the slice back for the next Ready, so that
+		// every run checks that nothing sent still refers to it.
+		n.prop.ReuseRequests(rd.Requests)
 		for i := range rd.Pushes {
 			push := rd.Pushes[i]
 			to := s.node(push.To)
@@ -540,6 +543,7 @@ func (s *sim) flush(n *simNode) {
 		for _, res := range rd.Results {
 			s.check.result(n, res)
 		}
+		n.prop.ReuseResults(rd.Results)
 	}
 	s.scheduleTick(n)
 }
