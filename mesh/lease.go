@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmesh/lockmesh/lease"
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
@@ -369,13 +370,18 @@ func (m *Mesh) options(opts []AcquireOption) (acquireOptions, error) {
 // configured margins with the TTL.
 func (m *Mesh) quorumOptions(o acquireOptions) quorum.AcquireOptions {
 	t := m.cfg.Timing
-	if o.ttl != t.TTL {
-		scale := float64(o.ttl) / float64(t.TTL)
-		t.NoticeMargin = time.Duration(float64(t.NoticeMargin) * scale)
-		t.SafetyMargin = time.Duration(float64(t.SafetyMargin) * scale)
-		t.RenewInterval = time.Duration(float64(t.RenewEvery()) * scale)
-		t.TTL = o.ttl
+	if o.ttl == t.TTL {
+		return m.qo
 	}
+	scale := float64(o.ttl) / float64(t.TTL)
+	t.NoticeMargin = time.Duration(float64(t.NoticeMargin) * scale)
+	t.SafetyMargin = time.Duration(float64(t.SafetyMargin) * scale)
+	t.RenewInterval = time.Duration(float64(t.RenewEvery()) * scale)
+	t.TTL = o.ttl
+	return timingOptions(t)
+}
+
+func timingOptions(t lease.Timing) quorum.AcquireOptions {
 	return quorum.AcquireOptions{
 		TTL: t.TTL, HolderTTL: t.HolderTTL(), RenewEvery: t.RenewEvery(), Notice: t.NoticeMargin,
 	}

@@ -28,6 +28,7 @@ type Mesh struct {
 	lbl   []metrics.Label
 	clock *clock
 	lim   limits
+	qo    quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
 
 	ml     *memberlist.Memberlist
 	addr   string // gossip address
@@ -100,6 +101,7 @@ func New(cfg *Config) (*Mesh, error) {
 		started:  make(chan struct{}),
 		closed:   make(chan struct{}),
 	}
+	m.qo = timingOptions(c.Timing)
 	if m.log == nil {
 		m.log = hclog.NewNullLogger()
 	}

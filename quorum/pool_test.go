@@ -2,8 +2,9 @@ package quorum
 
 import "testing"
 
-// A slice given back is cleared: whatever MakeOps or MakeResults hands out
-// next, reused or new, holds only zero values of the length asked for.
+// A slice given back is cleared, to its capacity: whatever MakeOps or
+// MakeResults hands out next, reused or new, holds only zero values of the
+// length asked for.
 func TestRecycledSlicesComeBackZero(t *testing.T) {
 	for round := range 50 {
 		ops := MakeOps(3)
@@ -16,7 +17,8 @@ func TestRecycledSlicesComeBackZero(t *testing.T) {
 			}
 			ops[i] = Op{ID: uint64(i + 1), Kind: OpAccept, Key: "k", Value: Value{Held: true, Epoch: 9}}
 		}
-		RecycleOps(ops)
+		// Given back shorter than it was filled: still cleared in full.
+		RecycleOps(ops[:1])
 
 		results := MakeResults(2)
 		if len(results) != 2 {
@@ -29,5 +31,18 @@ func TestRecycledSlicesComeBackZero(t *testing.T) {
 			results[i] = Result{ID: uint64(i + 1), OK: true, MaxEpoch: 9}
 		}
 		RecycleResults(results)
+	}
+}
+
+// Each slice handed out can take a batch of the size its class serves, so
+// a merged batch is not handed a lone caller's small slice.
+func TestPooledSlicesFitTheirBatch(t *testing.T) {
+	for _, n := range []int{0, 1, 8, 9, 33, 500, 4096, 5000} {
+		RecycleOps(make([]Op, 0, 8)) // a small slice is on offer
+		ops := MakeOps(n)
+		if len(ops) != n || cap(ops) < n {
+			t.Fatalf("MakeOps(%d): len %d cap %d", n, len(ops), cap(ops))
+		}
+		RecycleOps(ops)
 	}
 }

@@ -279,10 +279,13 @@ type Proposer struct {
 	results []OpResult
 	spare   []OpResult // results handed back (ReuseResults), empty
 	spareRq []Request  // requests handed back (ReuseRequests), empty
-	events  []LeaseEvent
-	pushes  []ConfigPush
-	lists   []CatchUpRequest
-	chg     *changeOp // the voter change in progress, if any
+	// spareReplies are the reply buffers of finished operations, for the
+	// rounds of new ones (see finish).
+	spareReplies [][]reply
+	events       []LeaseEvent
+	pushes       []ConfigPush
+	lists        []CatchUpRequest
+	chg          *changeOp // the voter change in progress, if any
 
 	stats  ProposerStats
 	faults proposerFaults
@@ -600,6 +603,13 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	if x.rid != 0 {
 		delete(p.rounds, x.rid)
 		x.rid = 0
+	}
+	if x.parent == nil && cap(x.replies) > 0 && len(p.spareReplies) < maxSpareReplies {
+		// No round of x will take another reply (it is out of rounds),
+		// and only a Step appends to a buffer: the next round can have it.
+		clear(x.replies)
+		p.spareReplies = append(p.spareReplies, x.replies[:0])
+		x.replies = nil
 	}
 	ks := x.ks
 	if ks.active == x {

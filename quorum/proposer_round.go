@@ -45,11 +45,12 @@ type keyState struct {
 	// (or the moment it released it). The node never takes the key back
 	// from a grant of its own before then.
 	lastDeadline time.Duration
-	counter      uint64 // highest ballot counter seen on this key
-	fast         *fastPath
-	idle         bool   // idle: counted in Proposer.nidle
-	idleSeq      uint64 // tells the current idle-list entry from stale ones
-	notices      uint64 // how many Notifies for the key arrived (HandleNotify)
+	counter      uint64    // highest ballot counter seen on this key
+	fast         *fastPath // nil, or &fastBuf
+	fastBuf      fastPath  // reused by each accept, not to allocate one per round
+	idle         bool      // idle: counted in Proposer.nidle
+	idleSeq      uint64    // tells the current idle-list entry from stale ones
+	notices      uint64    // how many Notifies for the key arrived (HandleNotify)
 }
 
 func (ks *keyState) unused() bool {
@@ -133,6 +134,9 @@ type op struct {
 	cfgExpect   uint64      // kindConfig: the configuration the register must hold
 	cfgWrite    *Membership // kindConfig: what to write there
 }
+
+// maxSpareReplies bounds the reply buffers a proposer keeps for reuse.
+const maxSpareReplies = 256
 
 type reply struct {
 	from NodeID
@@ -229,7 +233,11 @@ func (p *Proposer) newRound(x *op) {
 	x.votes = newTally(p.quorumOf())
 	x.msgs = 0
 	if x.replies == nil {
-		x.replies = make([]reply, 0, len(x.votes.m.Voters))
+		if n := len(p.spareReplies); n > 0 {
+			x.replies, p.spareReplies = p.spareReplies[n-1], p.spareReplies[:n-1]
+		} else {
+			x.replies = make([]reply, 0, len(x.votes.m.Voters))
+		}
 	}
 	x.replies = x.replies[:0]
 	x.timerGen++
@@ -581,17 +589,23 @@ func (p *Proposer) accepted(x *op) {
 		p.conclude(x, res)
 		return
 	}
-	incs := make(voterIncs, 0, len(x.replies))
 	quorum := make([]NodeID, 0, len(x.replies))
 	for _, r := range x.replies {
-		incs = append(incs, voterInc{r.from, r.inc})
 		quorum = append(quorum, r.from)
 	}
 	if x.kind != kindRead {
 		// A majority promised x.next as it accepted our value. (Not after a
 		// read's write-back: that value is someone else's, and nothing can
-		// be concluded from it without asking again.)
-		ks.fast = &fastPath{ballot: x.next, base: x.proposed, incs: incs}
+		// be concluded from it without asking again.) The buffer is free:
+		// a spent fast path is used only within the startRound that spent
+		// it.
+		fp := &ks.fastBuf
+		fp.ballot, fp.base = x.next, x.proposed
+		fp.incs = fp.incs[:0]
+		for _, r := range x.replies {
+			fp.incs = append(fp.incs, voterInc{r.from, r.inc})
+		}
+		ks.fast = fp
 	}
 	if x.next.Counter > ks.counter {
 		ks.counter = x.next.Counter
