@@ -381,6 +381,7 @@ func (m *Mesh) quorumOptions(o acquireOptions) quorum.AcquireOptions {
 	return timingOptions(t)
 }
 
+// timingOptions are the proposer's options for lease timing t.
 func timingOptions(t lease.Timing) quorum.AcquireOptions {
 	return quorum.AcquireOptions{
 		TTL: t.TTL, HolderTTL: t.HolderTTL(), RenewEvery: t.RenewEvery(), Notice: t.NoticeMargin,

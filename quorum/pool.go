@@ -62,9 +62,9 @@ var (
 // newOps is an empty slice for a request's operations, from the pool.
 func newOps() []Op { return opsPool.get(0) }
 
-// MakeOps returns n zero operations, in a slice given back earlier when
-// one is large enough: for a decoder of requests whose caller will
-// RecycleOps them once handled.
+// MakeOps returns n zero operations, in a slice of their size class given
+// back earlier when there is one: for a decoder of requests whose caller
+// will RecycleOps them once handled.
 func MakeOps(n int) []Op { return opsPool.get(n) }
 
 // RecycleOps gives back the operations of a request that nothing refers to
@@ -74,9 +74,9 @@ func RecycleOps(ops []Op) { opsPool.put(ops) }
 
 func newResults(n int) []Result { return resultsPool.get(n) }
 
-// MakeResults returns n zero results, in a slice given back earlier when
-// one is large enough: for a decoder of responses whose caller will
-// RecycleResults them once stepped.
+// MakeResults returns n zero results, in a slice of their size class given
+// back earlier when there is one: for a decoder of responses whose caller
+// will RecycleResults them once stepped.
 func MakeResults(n int) []Result { return resultsPool.get(n) }
 
 // RecycleResults gives back the results of a response that nothing refers
