@@ -35,8 +35,13 @@ type Mesh struct {
 	tr     transport.Transport
 	metaMu sync.Mutex
 	meta   nodeMeta // what this node tells the others
-	book   book
-	noisy  limiter // rate-limits logs about refused peers
+	// publishMu makes publishMeta's calls take turns: memberlist's
+	// UpdateNode is not safe to call concurrently (each reads the local
+	// node's state outside the lock another's aliveNode writes it under;
+	// the race detector caught it in TestRestartWithOldConfiguration).
+	publishMu sync.Mutex
+	book      book
+	noisy     limiter // rate-limits logs about refused peers
 
 	keyring *memberlist.Keyring // gossip keys; nil when gossip is not encrypted
 
@@ -269,7 +274,10 @@ func (m *Mesh) setup(vs quorum.Membership) error {
 	return nil
 }
 
+// publishMeta gossips this node's current metadata.
 func (m *Mesh) publishMeta() {
+	m.publishMu.Lock()
+	defer m.publishMu.Unlock()
 	if err := m.ml.UpdateNode(5 * time.Second); err != nil {
 		m.log.Debug("publishing gossip metadata", "error", err)
 	}

@@ -354,3 +354,24 @@ func TestConfigFetchRetriedInQuietMesh(t *testing.T) {
 	waitConfig(t, late, c.names[:3]...)
 	t.Logf("late learned the configuration after %d failed fetches", failed)
 }
+
+// A node publishes its gossip metadata from several places at once (a
+// configuration adopted at start, another learned from a peer a moment
+// later). memberlist's UpdateNode is not safe for concurrent calls, so the
+// node's calls take turns; under -race this test fails when they do not.
+func TestConcurrentMetadataPublishing(t *testing.T) {
+	// One node: with nobody to gossip to, UpdateNode does not wait for
+	// its broadcast, and the calls overlap as much as they can.
+	c := newCluster(t, clusterOpts{voters: 1})
+	c.waitVoting()
+	m := c.nodes[0]
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 50 {
+				m.publishMeta()
+			}
+		})
+	}
+	wg.Wait()
+}
