@@ -46,6 +46,8 @@ type Transport interface {
 	// addr and returns without waiting for the peer (and without waiting for
 	// a connection to be made). A nil error does not mean the message will be
 	// delivered: it can be lost with its connection, and nobody is told.
+	// When the connection has failed already (a dial refused at once, say),
+	// Send returns ErrUnreachable and queues nothing.
 	Send(addr string, body []byte) error
 
 	// Addr is the address peers use to reach this transport.
