@@ -374,4 +374,12 @@ func TestConcurrentMetadataPublishing(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// And what gossip now carries for the node is its metadata.
+	got, err := decodeMeta(m.ml.LocalNode().Meta)
+	m.metaMu.Lock()
+	want := m.meta
+	m.metaMu.Unlock()
+	if err != nil || got != want {
+		t.Fatalf("gossip carries %+v (%v), want %+v", got, err, want)
+	}
 }
