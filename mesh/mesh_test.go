@@ -142,13 +142,21 @@ func (c *cluster) live() []*Mesh {
 // condition, with a deadline, never for a fixed time.
 func waitFor(t testing.TB, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !poll(limit, cond) {
+		t.Fatalf("timed out after %v waiting for %s", limit, what)
+	}
+}
+
+// poll reports whether cond became true within limit.
+func poll(limit time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(limit)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", limit, what)
+			return false
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an event
 	}
+	return true
 }
 
 func TestAcquireRelease(t *testing.T) {

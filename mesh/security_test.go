@@ -548,13 +548,7 @@ func TestReplayedRequestsChangeNothing(t *testing.T) {
 	// then up to two seconds for node0's accept, and again if none came.
 	for cycles := 1; ; cycles++ {
 		cycle()
-		deadline := time.Now().Add(2 * time.Second)
-		got := capture()
-		for !got && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an event
-			got = capture()
-		}
-		if got {
+		if poll(2*time.Second, capture) {
 			break
 		}
 		if cycles == 10 {

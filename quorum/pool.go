@@ -83,3 +83,13 @@ func MakeResults(n int) []Result { return resultsPool.get(n) }
 // to any more: it was encoded, or its proposer has stepped it. The caller
 // must not use results afterwards.
 func RecycleResults(results []Result) { resultsPool.put(results) }
+
+// emptied is s cleared and emptied, to be filled again by its owner, or
+// nil when it is not worth keeping (none, or larger than maxPooled).
+func emptied[T any](s []T) []T {
+	if cap(s) == 0 || cap(s) > maxPooled {
+		return nil
+	}
+	clear(s)
+	return s[:0]
+}

@@ -484,24 +484,12 @@ func (p *Proposer) Ready() Ready {
 // ReuseResults hands back the Results of a Ready once the caller is done
 // with them (it has copied what it keeps), for later Readys to reuse.
 // Optional.
-func (p *Proposer) ReuseResults(results []OpResult) {
-	if cap(results) == 0 || cap(results) > maxPooled {
-		return
-	}
-	clear(results)
-	p.spare = results[:0]
-}
+func (p *Proposer) ReuseResults(results []OpResult) { p.spare = emptied(results) }
 
 // ReuseRequests hands back the Requests of a Ready once the caller has
 // sent or copied each (the slice, not the operations in it, which travel
 // with the requests), for later Readys to reuse. Optional.
-func (p *Proposer) ReuseRequests(requests []Request) {
-	if cap(requests) == 0 || cap(requests) > maxPooled {
-		return
-	}
-	clear(requests)
-	p.spareRq = requests[:0]
-}
+func (p *Proposer) ReuseRequests(requests []Request) { p.spareRq = emptied(requests) }
 
 // HasReady reports whether Ready has anything.
 func (p *Proposer) HasReady() bool {
@@ -604,7 +592,7 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		delete(p.rounds, x.rid)
 		x.rid = 0
 	}
-	if x.parent == nil && cap(x.replies) > 0 && len(p.spareReplies) < maxSpareReplies {
+	if cap(x.replies) > 0 && len(p.spareReplies) < maxSpareReplies {
 		// No round of x will take another reply (it is out of rounds),
 		// and only a Step appends to a buffer: the next round can have it.
 		clear(x.replies)
