@@ -107,7 +107,7 @@ func (l limits) checkRequest(r *quorum.Request) error {
 		if err := l.checkKey(op.Key); err != nil {
 			return err
 		}
-		if op.Kind < quorum.OpPrepare || op.Kind > quorum.OpPeek {
+		if op.Kind < quorum.OpPrepare || op.Kind > quorum.OpUnwatch {
 			return fmt.Errorf("%w: operation kind %d", errMalformed, op.Kind)
 		}
 	}

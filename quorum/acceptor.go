@@ -91,23 +91,41 @@ func (s AcceptorState) String() string {
 
 // register is one key as an acceptor keeps it.
 type register struct {
-	promise  Ballot
-	accepted Ballot
-	value    Value
-	maxEpoch uint64
+	promise Ballot
+	// promisedBy is the round (Op.ID) of the prepare that made the
+	// promise, zero when an accept's Next or a catch-up made it: only a
+	// prepare of that very round may be answered again at that ballot.
+	promisedBy uint64
+	accepted   Ballot
+	value      Value
+	maxEpoch   uint64
 	// until is when this acceptor's exclusion timer for value's grant
 	// runs out, on its own clock; hasTimer is false when value is free, or
 	// a grant this acceptor only learned by a write-back (see Value).
 	until    time.Duration
 	hasTimer bool
 	watchers []NodeID
-	// handedTo is the watcher last told the key is free, until it acts on
-	// it (sends a prepare); while it has not, the next one may be told.
-	// Until handedUntil, a new grant to anyone else is refused here, so
-	// that the releasing node (or any other) cannot barge in ahead of the
-	// waiters: waiters are served in turn.
+	// handedTo is the watcher last told the key is free, and handedUntil
+	// the end of its hand-off grace. Until then the key is reserved for
+	// the nodes that were waiting when it was handed (handedTo and the
+	// first eligible watchers): an acquire of anyone else is refused here
+	// without a promise, so that the releasing node, or a try-acquire,
+	// cannot barge in ahead of the waiters, nor disturb their ballots. Any
+	// of those waiters may take it: other acceptors may have told another
+	// of them first. When the grace ends with the key still free here,
+	// the next watcher is told.
 	handedTo    NodeID
 	handedUntil time.Duration
+	eligible    int
+}
+
+// reservedAgainst reports whether a hand-off running at now keeps the key
+// from id: id was not waiting for it when it was handed.
+func (r *register) reservedAgainst(id NodeID, now time.Duration) bool {
+	if r.handedTo == "" || now >= r.handedUntil || id == r.handedTo {
+		return false
+	}
+	return !slices.Contains(r.watchers[:min(r.eligible, len(r.watchers))], id)
 }
 
 // remaining is how long the exclusion timer still runs at now.
@@ -155,6 +173,7 @@ type Acceptor struct {
 // that the simulator's checkers catch the bug; they are all off otherwise.
 type acceptorFaults struct {
 	skipQuarantine bool
+	equalPrepareOK bool // answer any prepare equal to the promise, as a duplicate
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -247,6 +266,8 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 			resp.Results[i] = a.handleAccept(op, now)
 		case OpPeek:
 			resp.Results[i] = a.handlePeek(op, now)
+		case OpUnwatch:
+			resp.Results[i] = a.handleUnwatch(req.From, op, now)
 		default:
 			resp.Results[i] = Result{ID: op.ID, Reason: ReasonInvalid}
 			a.stats.Refused++
@@ -263,8 +284,16 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	}
 	r := a.register(op.Key)
 	left := r.remaining(now)
-	if r.handedTo != "" && r.handedTo == op.Ballot.Node {
-		r.handedTo = "" // the waiter told of the free key came for it
+	if op.IfFree && r.reservedAgainst(op.Ballot.Node, now) {
+		// An acquire of a node that was not waiting, while the key is
+		// handed to those that were: promise nothing (a promise would cost
+		// the waiters their round). A waiting acquire joins the line.
+		if op.Watch && from != "" {
+			a.watch(op.Key, r, from, now, 0)
+		}
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise,
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
 	}
 	if op.Watch && from != "" && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
 		// A waiter that finds a live lease of another here waits on this
@@ -284,10 +313,19 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
 	}
-	// A prepare equal to the promise comes from the ballot's own proposer
-	// (ballots are unique to one proposer): a duplicate, or the prepare of a
-	// ballot promised through an accept's Next. Answering it again is safe.
-	r.promise = op.Ballot
+	if op.Ballot == r.promise && op.ID != r.promisedBy && !a.faults.equalPrepareOK {
+		// Equal to the promise but not a copy of the prepare that made it:
+		// a proposer using one ballot twice (a ballot promised through an
+		// accept's Next is accepted at, never prepared). Answering would
+		// let two values share a ballot (review finding 1).
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+	}
+	// A duplicate of the prepare that made the promise is answered again:
+	// what it reports has not changed in a way that matters (an accept at
+	// this ballot would have moved the promise to its Next).
+	r.promise, r.promisedBy = op.Ballot, op.ID
 	return Result{
 		ID:        op.ID,
 		OK:        true,
@@ -331,7 +369,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise, MaxEpoch: r.maxEpoch}
 	}
-	if v.Held && v.Lease == op.Ballot && !r.value.sameGrant(v) && r.handedTo != "" && r.handedTo != v.Holder && now < r.handedUntil {
+	if v.Held && v.Lease == op.Ballot && !r.value.sameGrant(v) && r.reservedAgainst(v.Holder, now) {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise, MaxEpoch: r.maxEpoch}
 	}
@@ -370,12 +408,16 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		r.hasTimer = false
 	}
 	if v.Held && v.Lease == op.Ballot && !same {
-		// A new grant: its holder waits no more.
-		r.watchers = slices.DeleteFunc(r.watchers, func(w NodeID) bool { return w == v.Holder })
+		// A new grant: its holder waits no more, and the hand-off, if one
+		// ran, is over.
+		a.unwatch(r, v.Holder)
+		r.handedTo = ""
 	}
 	r.accepted = op.Ballot
 	r.value = v
-	r.promise = maxBallot(op.Ballot, op.Next)
+	if p := maxBallot(op.Ballot, op.Next); p != r.promise {
+		r.promise, r.promisedBy = p, 0
+	}
 	if v.Epoch > r.maxEpoch {
 		r.maxEpoch = v.Epoch
 	}

@@ -193,7 +193,7 @@ func (a *Acceptor) merge(e *Entry) {
 	}
 	r := a.register(e.Key)
 	if r.promise.Less(e.Promise) {
-		r.promise = e.Promise
+		r.promise, r.promisedBy = e.Promise, 0
 	}
 	if r.accepted.Less(e.Accepted) {
 		// Learned, not accepted here: no exclusion timer. Any lease this

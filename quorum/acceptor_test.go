@@ -122,6 +122,17 @@ func (f *accFixture) do(from NodeID, ops ...Op) *Response {
 	return resp
 }
 
+// raw sends one operation as it is, its ID included (a duplicate of an
+// earlier message keeps its ID).
+func (f *accFixture) raw(from NodeID, op Op) Result {
+	f.t.Helper()
+	resp := f.a.HandleRequest(&Request{Config: f.m.ID, From: from, To: f.id, Ops: []Op{op}})
+	if resp.Status != StatusOK {
+		f.t.Fatalf("status %v, want ok", resp.Status)
+	}
+	return resp.Results[0]
+}
+
 func (f *accFixture) one(from NodeID, op Op) Result {
 	f.t.Helper()
 	resp := f.do(from, op)
@@ -192,7 +203,7 @@ func TestAcceptorPrepareRespectsPromise(t *testing.T) {
 		{"lower counter is refused", bal(4, "q"), false, bal(5, "p")},
 		{"same counter, lower incarnation is refused", Ballot{Counter: 5, Incarnation: 0, Node: "z"}, false, bal(5, "p")},
 		{"same counter and incarnation, lower node is refused", bal(5, "o"), false, bal(5, "p")},
-		{"equal to the promise is promised again", bal(5, "p"), true, bal(5, "p")},
+		{"equal to the promise, from another round, is refused", bal(5, "p"), false, bal(5, "p")},
 		{"same counter, higher node is promised", bal(5, "q"), true, bal(5, "q")},
 		{"higher counter is promised", bal(6, "q"), true, bal(6, "q")},
 	}
@@ -870,8 +881,11 @@ func TestAcceptorHandoffPassesToNextWatcherAfterGrace(t *testing.T) {
 	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w2"}) {
 		t.Fatalf("notified %v after the grace, want [w2]", n)
 	}
-	// w2 comes for the key within its grace: w3 is not told.
+	// w2 takes the key within its grace: w3 is not told. (A prepare alone
+	// does not end the hand-off: the key stays reserved for the waiters
+	// until one of them is granted it, or the grace ends.)
 	mustOK(t, "w2's prepare", f.one("w2", watchPrepare(10, "w2")))
+	mustOK(t, "w2's grant", f.one("w2", Op{Kind: OpAccept, Key: "k", Ballot: bal(10, "w2"), Inc: accInc, Value: grantTo("w2", 31, bal(10, "w2"))}))
 	f.clock.advance(accGrace)
 	f.a.Tick()
 	if n := notified(t, f.a); len(n) != 0 {
@@ -887,11 +901,21 @@ func TestAcceptorHandoffRefusesOtherGrants(t *testing.T) {
 		wantOK bool
 	}{
 		{"the releasing node barging in is refused", nil, "p", false},
-		{"another waiter is refused", nil, "w2", false},
+		{"a node that was not waiting is refused", nil, "x", false},
 		{"the waiter told is granted", nil, "w1", true},
+		// Another acceptor may have told w2 first: any node that was
+		// waiting may take the key, or two acceptors telling two waiters
+		// would each refuse the other's grant until the grace ran out.
+		{"another waiter in line is granted", nil, "w2", true},
+		{"a node that started waiting after the hand-off is refused", func(f *accFixture) {
+			mustRefuse(f.t, "x's watch prepare", f.one("x", Op{Kind: OpPrepare, Key: "k", Ballot: bal(10, "x"), Watch: true, IfFree: true}), ReasonHandoff)
+		}, "x", false},
 		{"anyone is granted after the grace", func(f *accFixture) { f.clock.advance(accGrace) }, "p", true},
 		{"anyone is granted once the waiter came", func(f *accFixture) {
 			mustOK(f.t, "w1's prepare", f.one("w1", watchPrepare(10, "w1")))
+			mustOK(f.t, "w1's grant", f.one("w1", Op{Kind: OpAccept, Key: "k", Ballot: bal(10, "w1"), Inc: accInc, Value: grantTo("w1", 31, bal(10, "w1"))}))
+			mustOK(f.t, "w1's release", f.one("w1", Op{Kind: OpAccept, Key: "k", Ballot: bal(11, "w1"), Inc: accInc, Value: Value{Epoch: 31}}))
+			f.clock.advance(accGrace) // w2's hand-off, which that release started, ends
 		}, "p", true},
 	}
 	for _, tc := range cases {
@@ -910,6 +934,16 @@ func TestAcceptorHandoffRefusesOtherGrants(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an acquire of a node that was not waiting promises nothing", func(t *testing.T) {
+		f := heldWithWatchers(t)
+		release(t, f)
+		before := f.peek().Promised
+		mustRefuse(t, "p's prepare", f.one("p", Op{Kind: OpPrepare, Key: "k", Ballot: bal(50, "p"), IfFree: true}), ReasonHandoff)
+		if got := f.peek().Promised; got != before {
+			t.Errorf("promise moved from %v to %v on a refused prepare", before, got)
+		}
+		mustOK(t, "a read's prepare (not an acquire)", f.one("r", Op{Kind: OpPrepare, Key: "k", Ballot: bal(51, "r")}))
+	})
 	t.Run("a write-back of the free value is not a grant", func(t *testing.T) {
 		f := heldWithWatchers(t)
 		release(t, f)
@@ -998,4 +1032,39 @@ func TestAcceptorNewGrantLeavesWatchers(t *testing.T) {
 	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w2"}) {
 		t.Fatalf("notified %v after w1's release, want [w2]", n)
 	}
+}
+
+// A prepare equal to the acceptor's promise is answered only when it is a
+// copy of the prepare that made the promise (the same round); any other
+// prepare at that ballot is a proposer using one ballot twice, and is
+// refused (review finding 1). A ballot promised through an accept's Next is
+// accepted at, never prepared.
+func TestAcceptorEqualPrepareOnlyAsDuplicate(t *testing.T) {
+	f := newLiveAcceptor(t)
+	b := bal(5, "p")
+	mustOK(t, "first prepare", f.raw("p", Op{ID: 7, Kind: OpPrepare, Key: "k", Ballot: b}))
+	mustOK(t, "a duplicate of it (same round)", f.raw("p", Op{ID: 7, Kind: OpPrepare, Key: "k", Ballot: b}))
+	mustRefuse(t, "another round at the same ballot", f.raw("p", Op{ID: 8, Kind: OpPrepare, Key: "k", Ballot: b}), ReasonPromised)
+
+	next := bal(6, "p")
+	mustOK(t, "accept promising the next ballot", f.acceptNext(b, grantTo("p", 1, b), next))
+	mustRefuse(t, "a prepare at the ballot promised by Next", f.raw("p", Op{ID: 9, Kind: OpPrepare, Key: "k", Ballot: next}), ReasonPromised)
+	mustOK(t, "an accept at the ballot promised by Next", f.accept(next, grantTo("p", 1, b)))
+}
+
+// A waiter that leaves (its acquire ended, or it declines a key it was told
+// of) leaves the acceptor's line: the next waiter is told at once, not a
+// grace later (review finding 7).
+func TestAcceptorUnwatchPassesTheKeyOnAtOnce(t *testing.T) {
+	f := heldWithWatchers(t) // w1, w2, w3 wait
+	mustOK(t, "w2 leaves the line", f.one("w2", Op{Kind: OpUnwatch, Key: "k"}))
+	release(t, f)
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+		t.Fatalf("notified %v, want [w1]", n)
+	}
+	mustOK(t, "w1 declines", f.one("w1", Op{Kind: OpUnwatch, Key: "k"}))
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w3"}) {
+		t.Fatalf("after w1 declined, notified %v, want [w3] at once (w2 left)", n)
+	}
+	mustOK(t, "an unwatch of a key never seen", f.one("w1", Op{Kind: OpUnwatch, Key: "other"}))
 }

@@ -13,7 +13,7 @@ const maxWatchers = 64
 // watch remembers that from waits for key to stop being held, and arranges
 // to notice the expiry of the live lease it waits on.
 func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Duration) {
-	if !slices.Contains(r.watchers, from) && len(r.watchers) < maxWatchers {
+	if !slices.Contains(r.watchers, from) && from != r.handedTo && len(r.watchers) < maxWatchers {
 		r.watchers = append(r.watchers, from)
 	}
 	// Only a change here wakes the watcher: the expiry of the timer running
@@ -37,6 +37,7 @@ func (a *Acceptor) wake(key string, r *register, now time.Duration) {
 	r.watchers = append(r.watchers[:0], r.watchers[1:]...)
 	a.notify[w] = append(a.notify[w], notice{key, r.promise.Counter})
 	r.handedTo, r.handedUntil = w, now+a.cfg.HandoffGrace
+	r.eligible = len(r.watchers) // those waiting now may take the key too
 	if len(r.watchers) > 0 {
 		heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
 	}
@@ -57,9 +58,9 @@ func (a *Acceptor) expire(now time.Duration) {
 			continue
 		}
 		switch {
-		case e.handoff && r.handedTo == "":
-			// The waiter told last came for the key; whatever came of it,
-			// the next waiter is told at the next release or expiry.
+		case e.handoff && (r.handedTo == "" || now < r.handedUntil):
+			// A waiter took the key (a grant ends the hand-off), or a
+			// later hand-off runs with a grace of its own.
 			continue
 		case !e.handoff && r.handedTo != "" && now < r.handedUntil:
 			// A hand-off is running (several waiters may each have queued
@@ -68,6 +69,39 @@ func (a *Acceptor) expire(now time.Duration) {
 		}
 		a.wake(e.key, r, now)
 	}
+}
+
+// unwatch takes id out of r's line of waiters.
+func (a *Acceptor) unwatch(r *register, id NodeID) {
+	if i := slices.Index(r.watchers, id); i >= 0 {
+		r.watchers = slices.Delete(r.watchers, i, i+1)
+		if i < r.eligible {
+			r.eligible--
+		}
+	}
+}
+
+// handleUnwatch takes a node out of a key's line of waiters: its waiting
+// acquire ended, or it was told of a free key it no longer wants. If the
+// key was handed to it, the next waiter is told at once: no grace is spent
+// on a waiter that is gone (review finding 7).
+func (a *Acceptor) handleUnwatch(from NodeID, op *Op, now time.Duration) Result {
+	r := a.regs[op.Key]
+	if op.Key == "" || from == "" {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	if r == nil {
+		return Result{ID: op.ID, OK: true}
+	}
+	a.unwatch(r, from)
+	if r.handedTo == from {
+		r.handedTo = ""
+		if r.remaining(now) == 0 {
+			a.wake(op.Key, r, now)
+		}
+	}
+	return Result{ID: op.ID, OK: true}
 }
 
 type expiry struct {

@@ -16,6 +16,10 @@ const (
 	// A read whose peek finds a majority agreeing on one accepted ballot is
 	// done without disturbing anyone's ballots.
 	OpPeek OpKind = 3
+	// OpUnwatch takes the sender out of the key's line of waiters at the
+	// acceptor: its waiting acquire ended, or it was told of a free key it
+	// no longer wants. It carries no ballot and changes no register.
+	OpUnwatch OpKind = 4
 )
 
 func (k OpKind) String() string {
@@ -26,6 +30,8 @@ func (k OpKind) String() string {
 		return "accept"
 	case OpPeek:
 		return "peek"
+	case OpUnwatch:
+		return "unwatch"
 	}
 	return "op?"
 }

@@ -273,6 +273,11 @@ type Proposer struct {
 	renewArmed bool
 	renewGen   uint64
 
+	// ballots is the highest ballot counter this incarnation has used, on
+	// any key: every new ballot goes above it, so no ballot is used twice
+	// even on a key whose state was forgotten meanwhile (see newBallot).
+	ballots uint64
+
 	nextOp  OpID
 	nextRID uint64
 	out     []Request // per voter index
@@ -299,6 +304,8 @@ type proposerFaults struct {
 	aliveMajority func() []NodeID // take a majority of these instead of the configuration
 	noEpochFloor  bool            // next epoch = highest seen + 1, without the wall-clock floor
 	skipMigration bool            // settle a voter change without moving the keys into it
+	perKeyBallots bool            // count ballots per key only, from 1 again after forgetting a key
+	anyTimerLocks bool            // take any live timer of a grant not behind base for a lock
 }
 
 // ProposerStats counts what a proposer did.
@@ -532,12 +539,27 @@ func (p *Proposer) HandleNotify(n *Notify) {
 		return
 	}
 	for i, k := range n.Keys {
-		if ks := p.keys[k]; ks != nil {
-			if i < len(n.Promised) && n.Promised[i] > ks.counter {
-				ks.counter = n.Promised[i]
-			}
-			ks.notices++
-			p.wakeParked(ks)
+		ks := p.keys[k]
+		if ks == nil || p.localAcquire(ks) == nil {
+			// Handed a key nobody here waits for any more: decline, so
+			// that the voter tells the next waiter at once.
+			p.unwatch(k, &n.From)
+			continue
+		}
+		if i < len(n.Promised) && n.Promised[i] > ks.counter {
+			ks.counter = n.Promised[i]
+		}
+		ks.notices++
+		p.wakeParked(ks)
+	}
+}
+
+// unwatch asks voter to (or, when voter is nil, every voter of the
+// configuration) take this node out of key's line of waiters.
+func (p *Proposer) unwatch(key string, voter *NodeID) {
+	for i, v := range p.m.Voters {
+		if voter == nil || *voter == v {
+			p.push(i, Op{Kind: OpUnwatch, Key: key})
 		}
 	}
 }
@@ -608,6 +630,11 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		if x.lastLock != nil && x.lastFailure == Locked {
 			r.Holder, r.HolderInc, r.Epoch = x.lastLock.Holder, x.lastLock.HolderInc, x.lastLock.Epoch
 		}
+	}
+	if x.kind == kindAcquire && x.watched && r.Outcome != Granted && p.localAcquire(ks) == nil {
+		// No acquire of this node waits for the key any more: leave the
+		// voters' lines, so that none hands it to this node in vain.
+		p.unwatch(ks.key, nil)
 	}
 	if x.kind == kindAcquire && x.wrote && r.Outcome != Granted {
 		// A grant this acquire proposed may have been chosen (and may

@@ -156,21 +156,31 @@ func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration
 		if r.Remaining <= 0 {
 			continue
 		}
+		// A live timer is a lock only when it times the grant that base
+		// holds. Any grant that was chosen is base or behind it: every
+		// value written since derives from it (a renewal keeps the grant,
+		// a release keeps its epoch, a later grant takes a higher one and
+		// is written only once no lease of it is live). So a timer of any
+		// other grant — an older one, a released one, or one of a higher
+		// epoch that two racing acquires each got to one acceptor and
+		// that no majority accepted (review finding 3) — protects no
+		// holder: nobody learned such a grant was theirs.
+		if !r.Value.sameGrant(base) && !p.faults.anyTimerLocks {
+			continue
+		}
 		v := r.Value
 		if v.heldBy(me, inc) && reclaimable {
 			continue
 		}
-		// A live timer matters unless the register has moved past its
-		// grant: a later epoch, or a release of that very epoch. (A grant
-		// of a later epoch is only made once no earlier lease is live.)
-		if v.Epoch < base.Epoch || (v.Epoch == base.Epoch && !base.Held) {
-			continue
-		}
-		if v.Epoch == base.Epoch {
-			// Name the register's holder: two proposers reading the same
-			// microsecond may propose one epoch, and only one of them can
-			// have been chosen; a live timer of the other is a leftover.
-			v = base
+		if p.faults.anyTimerLocks {
+			// The rule before the review: any timer of a grant not behind
+			// base locks (finding 3, kept to show the checkers catch it).
+			if v.Epoch < base.Epoch || (v.Epoch == base.Epoch && !base.Held) {
+				continue
+			}
+			if v.Epoch == base.Epoch {
+				v = base
+			}
 		}
 		if !locked || v.Epoch > res.Epoch || (v.Epoch == res.Epoch && r.Remaining > res.Remaining) {
 			res = OpResult{Outcome: Locked, Holder: v.Holder, HolderInc: v.HolderInc, Epoch: v.Epoch, Remaining: r.Remaining}

@@ -121,6 +121,8 @@ type op struct {
 	cancelled   bool
 	readLive    bool            // read: a lease of the value was live at a voter
 	contended   bool            // the last round failed on refusals, not silence
+	favoured    bool            // the last round lost while x's own grant led (ownGrantLeads)
+	watched     bool            // some prepare of x asked the voters to watch the key for it
 	repair      *OpResult       // the conclusion to report once the base is written back
 	lastLock    *OpResult       // the last Locked seen (waiting acquires)
 	attempted   []uint64        // epochs written (acquire, release, cleanup)
@@ -214,13 +216,29 @@ func (p *Proposer) startRound(x *op) {
 		return
 	}
 	x.peek = false
-	ks.counter++
-	x.ballot = Ballot{Counter: ks.counter, Incarnation: p.cfg.Incarnation, Node: p.cfg.ID}
+	x.ballot = p.newBallot(ks)
 	acquire := x.kind == kindAcquire
+	watch := acquire && x.opts.Wait
+	x.watched = x.watched || watch
 	for i := range p.m.Voters {
 		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot,
-			Watch: acquire && x.opts.Wait, IfFree: acquire})
+			Watch: watch, IfFree: acquire})
 	}
+}
+
+// newBallot returns a ballot of this proposer for ks that it has never used
+// on any key: above the highest counter seen on ks (so that it can win) and
+// above every counter this incarnation used before. A per-key counter alone
+// is not enough: the state of an idle key is forgotten (maybeForget), and a
+// counter started again would reuse a ballot that may carry a value at some
+// acceptor already; two values at one ballot break Paxos (review finding 1).
+func (p *Proposer) newBallot(ks *keyState) Ballot {
+	c := max(ks.counter, p.ballots) + 1
+	if p.faults.perKeyBallots {
+		c = ks.counter + 1
+	}
+	ks.counter, p.ballots = c, max(p.ballots, c)
+	return Ballot{Counter: c, Incarnation: p.cfg.Incarnation, Node: p.cfg.ID}
 }
 
 func (p *Proposer) newRound(x *op) {
@@ -313,7 +331,7 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 			x.leases = append(x.leases, v.Lease)
 		}
 	}
-	x.next = Ballot{Counter: x.ballot.Counter + 1, Incarnation: p.cfg.Incarnation, Node: p.cfg.ID}
+	x.next = p.newBallot(x.ks)
 	if x.fast {
 		// A fast round has not been counted by newRound's votes yet; the
 		// tally is fresh already.
@@ -406,18 +424,38 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		if x.contended {
 			x.ks.counter += uint64(p.rand.Intn(1 << min(x.attempts+1, 10)))
 		}
-		if x.kind == kindAcquire && !x.opts.Wait && x.votes.handedOff && !x.cancelled {
-			// The key was just handed to a waiter in line: for a try, that
-			// is a locked key. (What this round wrote is resolved by the
-			// cleanup, like any unknown outcome.)
-			if x.unknown {
-				p.spawnCleanup(x.ks, 0, x.attempted)
+		if x.kind == kindAcquire && x.votes.handedOff && !x.cancelled && !x.unknown {
+			// The key was just handed to the waiters in line: for a try,
+			// that is a locked key; a waiting acquire joined the line and
+			// is told when its turn comes (or tries again after a grace).
+			if !x.opts.Wait {
+				p.finish(x, OpResult{Outcome: Locked})
+				return
 			}
-			p.finish(x, OpResult{Outcome: Locked, Unknown: x.unknown})
+			p.park(x, OpResult{Outcome: Locked, Remaining: 2 * p.cfg.RoundTimeout})
 			return
 		}
+		x.favoured = p.ownGrantLeads(x)
 		p.retry(x)
 	}
+}
+
+// ownGrantLeads reports whether the acquire x lost a round only to ballots
+// while its own grant, written in an earlier round, is the highest value
+// the voters reported: every other acquire then finds the key locked by it,
+// so x is the one to finish the key, and backing off only leaves it
+// blocked for longer.
+func (p *Proposer) ownGrantLeads(x *op) bool {
+	if x.kind != kindAcquire || len(x.leases) == 0 {
+		return false
+	}
+	if x.phase == phaseAccept {
+		// Some voters accepted x's grant, at the highest ballot x knows
+		// of: rivals that prepare now find it there, above the rest.
+		return x.votes.nyes > 0 && x.proposed.heldBy(p.cfg.ID, p.cfg.Incarnation)
+	}
+	base, _ := highest(informative(x.replies))
+	return base.heldBy(p.cfg.ID, p.cfg.Incarnation) && slices.Contains(x.leases, base.Lease)
 }
 
 // maybeConcludeEarly ends a prepare round that a majority answered, some of
@@ -683,7 +721,7 @@ func (p *Proposer) retry(x *op) {
 	x.phase = phaseBackoff
 	shift := min(x.attempts, 5)
 	wait := time.Duration(p.rand.Int63n(int64(p.cfg.Backoff)<<shift + 1))
-	if x.contended && x.attempts == 1 {
+	if x.contended && (x.attempts == 1 || x.favoured) {
 		// A first round lost to a ballot promised before it (the last
 		// holder's next one, usually): now that the counter is known, go
 		// again at once; only a second loss means a duel.

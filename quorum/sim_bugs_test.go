@@ -12,6 +12,8 @@ func (s *sim) applyAcceptorBug(n *simNode) {
 	switch s.cfg.Bug {
 	case "skip-quarantine":
 		n.acc.faults.skipQuarantine = true
+	case "ballot-reuse":
+		n.acc.faults.equalPrepareOK = true
 	}
 }
 
@@ -27,6 +29,10 @@ func (s *sim) applyProposerBug(n *simNode) {
 		n.prop.faults.noEpochFloor = true
 	case "skip-migration":
 		n.prop.faults.skipMigration = true
+	case "ballot-reuse":
+		n.prop.faults.perKeyBallots = true
+	case "any-timer-locks":
+		n.prop.faults.anyTimerLocks = true
 	}
 }
 
@@ -177,4 +183,19 @@ func TestCheckerCatchesFreshRestartedVoter(t *testing.T) {
 	findViolation(t, "fresh-any-incarnation", "I1", 200, func(c *simConfig) {
 		c.Reconfig, c.CrashEvery = true, 400*time.Millisecond
 	})
+}
+
+// Review finding 1 put back: a proposer counts ballots per key and starts
+// again from 1 when it forgets an idle key, and acceptors answer a prepare
+// equal to their promise as a duplicate. With small idle caps keys are
+// forgotten all the time, and one ballot comes to carry two values.
+func TestCheckerCatchesBallotReuse(t *testing.T) {
+	findViolation(t, "ballot-reuse", "I6", 100, func(c *simConfig) { c.MaxIdleKeys = 1; c.Keys = 40; c.Uniform = true })
+}
+
+// Review finding 3 put back: any live timer of a grant not behind the
+// register's value locks the key, so after two acquires each got one
+// acceptor to accept, every waiter parks for about a lease.
+func TestCheckerCatchesUnchosenGrantStall(t *testing.T) {
+	findViolation(t, "any-timer-locks", "I9", 40, nil)
 }

@@ -35,6 +35,13 @@ type simChecker struct {
 	maxToken map[string]uint64
 	tokens   map[string]map[uint64]bool
 
+	// sentBallot is the highest ballot each proposer incarnation sent on
+	// each key, sentValue the value each accept it sent carried (I6: a
+	// proposer never uses one ballot twice).
+	sentBallot   map[accKey]Ballot
+	sentValue    map[ballotKey]Value
+	prepareRound map[ballotKey]uint64
+
 	promised   map[accKey]Ballot
 	valueAt    map[ballotKey]Value
 	acceptedBy map[ballotKey][]NodeID
@@ -52,6 +59,11 @@ type simChecker struct {
 	healedAt time.Duration
 	pending  map[*simClient]time.Duration // waiting acquires, by start
 	maxWait  time.Duration
+	// freedAt is when each key was last released while a client waited
+	// for it (after the heal); the next grant must follow within a few
+	// round trips (I9, hand-over). maxHandover is the longest seen.
+	freedAt     map[string]time.Duration
+	maxHandover time.Duration
 }
 
 type grantRec struct {
@@ -104,20 +116,24 @@ type ballotKey struct {
 
 func newSimChecker(s *sim) *simChecker {
 	return &simChecker{
-		s:          s,
-		hist:       []*qt.History{qt.NewHistory()},
-		grants:     make(map[string][]*grantRec),
-		maxToken:   make(map[string]uint64),
-		tokens:     make(map[string]map[uint64]bool),
-		promised:   make(map[accKey]Ballot),
-		valueAt:    make(map[ballotKey]Value),
-		acceptedBy: make(map[ballotKey][]NodeID),
-		chosen:     make(map[string][]chosenAt),
-		wrote:      make(map[writeKey]Ballot),
-		fence:      lease.NewFence(),
-		applied:    make(map[string]uint64),
-		healedAt:   -1,
-		pending:    make(map[*simClient]time.Duration),
+		s:            s,
+		hist:         []*qt.History{qt.NewHistory()},
+		grants:       make(map[string][]*grantRec),
+		maxToken:     make(map[string]uint64),
+		tokens:       make(map[string]map[uint64]bool),
+		promised:     make(map[accKey]Ballot),
+		sentBallot:   make(map[accKey]Ballot),
+		sentValue:    make(map[ballotKey]Value),
+		prepareRound: make(map[ballotKey]uint64),
+		valueAt:      make(map[ballotKey]Value),
+		acceptedBy:   make(map[ballotKey][]NodeID),
+		chosen:       make(map[string][]chosenAt),
+		wrote:        make(map[writeKey]Ballot),
+		fence:        lease.NewFence(),
+		applied:      make(map[string]uint64),
+		healedAt:     -1,
+		pending:      make(map[*simClient]time.Duration),
+		freedAt:      make(map[string]time.Duration),
 	}
 }
 
@@ -126,6 +142,40 @@ func (k *simChecker) history() *qt.History {
 		k.hist = append(k.hist, qt.NewHistory())
 	}
 	return k.hist[k.era]
+}
+
+// requestSent checks I6 on what a proposer sends: a prepare is of a
+// ballot above every ballot the proposer's incarnation used on the key
+// before (or repeats its own round to another voter), and one ballot
+// carries one value.
+func (k *simChecker) requestSent(n *simNode, req *Request) {
+	for _, op := range req.Ops {
+		bk := ballotKey{op.Key, op.Ballot}
+		ak := accKey{n.id, n.inc, op.Key}
+		switch op.Kind {
+		case OpPrepare:
+			if round, ok := k.prepareRound[bk]; ok {
+				if round != op.ID {
+					k.s.failf("I6: %s prepared %q twice at ballot %v (rounds %d and %d)", n.id, op.Key, op.Ballot, round, op.ID)
+				}
+				continue
+			}
+			if last, used := k.sentBallot[ak]; used && !last.Less(op.Ballot) {
+				k.s.failf("I6: %s prepared %q at ballot %v, not above %v, which it used before", n.id, op.Key, op.Ballot, last)
+				return
+			}
+			k.prepareRound[bk] = op.ID
+		case OpAccept:
+			if v, ok := k.sentValue[bk]; ok && !sameValue(v, op.Value) {
+				k.s.failf("I6: %s sent two values at ballot %v of %q: %v and %v", n.id, op.Ballot, op.Key, v, op.Value)
+				return
+			}
+			k.sentValue[bk] = op.Value
+		default:
+			continue
+		}
+		k.sentBallot[ak] = maxBallot(k.sentBallot[ak], op.Ballot)
+	}
 }
 
 // acceptorAnswered checks I6 on every answer of every acceptor and records
@@ -283,7 +333,50 @@ func (k *simChecker) granted(c *simClient, res OpResult) *grantRec {
 	}
 	k.grants[g.key] = append(list, g)
 	c.n.holder[g.key] = c
+	k.handedOver(g.key)
 	return g
+}
+
+// handedOver checks that a key released while clients waited for it went to
+// one of them within a few round trips (I9): waiters are told when the key
+// frees, so without faults nobody waits out a lease that has ended.
+func (k *simChecker) handedOver(key string) {
+	at, ok := k.freedAt[key]
+	if !ok {
+		return
+	}
+	delete(k.freedAt, key)
+	gap := k.s.now - at
+	k.maxHandover = max(k.maxHandover, gap)
+	if bound := k.handoverBound(); gap > bound {
+		k.s.failf("I9: %q was released at %v with clients waiting, and granted again only %v later; the bound is %v", key, at, gap, bound)
+	}
+}
+
+// handoverBound is how long a released key may go ungranted while clients
+// wait for it, once the faults healed and the mesh settled: a few round
+// trips and backoffs, far less than a lease.
+func (k *simChecker) handoverBound() time.Duration { return 5 * k.s.cfg.RoundTimeout }
+
+// settled reports whether the faults healed long enough ago for the
+// liveness bounds to apply: every voter has served its quarantine and
+// every lease of the faulty period has ended.
+func (k *simChecker) settled() bool {
+	return k.healedAt >= 0 && k.s.now > k.healedAt+k.s.cfg.quarantine()+2*k.s.cfg.TTL
+}
+
+// freed records a release of key, for the hand-over check, when a client
+// is waiting for the key.
+func (k *simChecker) freed(key string) {
+	if !k.settled() {
+		return
+	}
+	for c := range k.pending {
+		if c.key == key && c.wait {
+			k.freedAt[key] = k.s.now
+			return
+		}
+	}
 }
 
 // leaseEvent checks C3 and extends or closes intervals.
@@ -322,7 +415,10 @@ func (k *simChecker) leaseEvent(n *simNode, ev LeaseEvent) {
 }
 
 // released closes a grant's interval at its release.
-func (k *simChecker) released(g *grantRec) { k.ended(g, k.s.now) }
+func (k *simChecker) released(g *grantRec) {
+	k.ended(g, k.s.now)
+	k.freed(g.key)
+}
 
 func (k *simChecker) ended(g *grantRec, at time.Duration) {
 	if at < g.end {
@@ -418,9 +514,8 @@ func (k *simChecker) acquireEnded(c *simClient, res OpResult) {
 	if !ok {
 		return
 	}
-	settled := s.now > k.healedAt+k.s.cfg.quarantine()+2*k.s.cfg.TTL
 	if !c.wait {
-		if settled && res.Outcome == NoQuorum {
+		if k.settled() && res.Outcome == NoQuorum {
 			s.failf("I9: c%d's try-acquire of %q found no quorum long after the heal", c.id, c.key)
 		}
 		return
@@ -480,5 +575,5 @@ func (k *simChecker) final() {
 }
 
 func (k *simChecker) String() string {
-	return fmt.Sprintf("era=%d maxWaitAfterHeal=%v", k.era, k.maxWait)
+	return fmt.Sprintf("era=%d maxWaitAfterHeal=%v maxHandover=%v", k.era, k.maxWait, k.maxHandover)
 }

@@ -87,7 +87,7 @@ func (c *simClient) idle() {
 func (c *simClient) pickKey() string {
 	// Skewed towards key 0: one hot key, a few warm ones.
 	k := c.s.rand.Intn(c.s.cfg.Keys)
-	if c.s.rand.Intn(2) == 0 {
+	if !c.s.cfg.Uniform && c.s.rand.Intn(2) == 0 {
 		k = 0
 	}
 	return fmt.Sprintf("k%d", k)

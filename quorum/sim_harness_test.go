@@ -25,12 +25,18 @@ type simConfig struct {
 	Duration  time.Duration
 	Keys      int
 	Clients   int // per node
+	// Uniform picks keys uniformly; otherwise half of all operations go
+	// to key k0 (one hot key, a few warm ones).
+	Uniform bool
 
 	Drift        float64
 	TTL          time.Duration
 	SafetyMargin time.Duration
 	Notice       time.Duration
 	RoundTimeout time.Duration
+	// MaxIdleKeys, when set, is every proposer's ProposerConfig.MaxIdleKeys:
+	// small caps make nodes forget idle keys all the time.
+	MaxIdleKeys int
 
 	Drop, Dup float64
 	// LongTail is the share of messages delayed 100-400ms (default 0.003).
@@ -321,6 +327,7 @@ func (s *sim) start(n *simNode) {
 	n.prop, err = NewProposer(ProposerConfig{
 		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
+		MaxIdleKeys: s.cfg.MaxIdleKeys,
 	})
 	if err != nil {
 		panic(err)
@@ -516,6 +523,7 @@ func (s *sim) flush(n *simNode) {
 		rd := n.prop.Ready()
 		for i := range rd.Requests {
 			req := rd.Requests[i]
+			s.check.requestSent(n, &req)
 			to := s.node(req.To)
 			s.send(n, to, func() { s.handleRequest(to, n, &req) })
 		}

@@ -1,0 +1,172 @@
+package quorum
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Regression tests for the findings of the December review of the core
+// (issue 11). Each failed on the code the review read; each names its
+// finding. The simulator's mutation tests (sim_bugs_test.go) show the
+// checkers catch each bug class as well.
+
+// ballotLog follows the ballots one proposer sends on one key, in the order
+// it sends them, and reports any ballot used for two purposes: a prepare
+// must use a ballot higher than every ballot the proposer sent on the key
+// before, and two accepts at one ballot must carry one value.
+type ballotLog struct {
+	t        *testing.T
+	max      Ballot
+	accepted map[Ballot]Value
+}
+
+func (l *ballotLog) see(waves [][]Request, from NodeID, key string) {
+	for _, wave := range waves {
+		seen := make(map[Ballot]bool) // one round goes to every voter
+		for _, req := range wave {
+			if req.From != from {
+				continue
+			}
+			for _, op := range req.Ops {
+				if op.Key != key || seen[op.Ballot] {
+					continue
+				}
+				seen[op.Ballot] = true
+				switch op.Kind {
+				case OpPrepare:
+					if !l.max.Less(op.Ballot) {
+						l.t.Errorf("%s prepared %q at ballot %v, not above %v, which it used before", from, key, op.Ballot, l.max)
+					}
+				case OpAccept:
+					if v, ok := l.accepted[op.Ballot]; ok && !sameValue(v, op.Value) {
+						l.t.Errorf("%s sent two values at ballot %v of %q: %v and %v", from, op.Ballot, key, v, op.Value)
+					}
+					if l.accepted == nil {
+						l.accepted = make(map[Ballot]Value)
+					}
+					l.accepted[op.Ballot] = op.Value
+				}
+				l.max = maxBallot(l.max, op.Ballot)
+			}
+		}
+	}
+}
+
+// Finding 1: a proposer that evicted an idle key's state started the key's
+// ballots again at counter 1 and so reused ballots of this incarnation. Two
+// values at one ballot break Paxos: a reader may pick the stale one and
+// write it back over a live grant.
+func TestReviewNoBallotReuseAfterForgettingAKey(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1")
+	c.restartProposer("p1", func(cfg *ProposerConfig) { cfg.MaxIdleKeys = 1 })
+	log := &ballotLog{t: t}
+	for turn := 0; turn < 3; turn++ {
+		mark := len(c.waves)
+		g := c.mustGrant("p1", "k")
+		c.mustRelease("p1", "k", g.Epoch)
+		// Two other keys push "k" out of the idle list: its state is
+		// forgotten.
+		for _, other := range []string{"x", "y"} {
+			g := c.mustGrant("p1", other)
+			c.mustRelease("p1", other, g.Epoch)
+		}
+		c.advance(time.Millisecond)
+		if _, ok := c.node("p1").prop.keys["k"]; ok {
+			t.Fatalf("turn %d: the state of %q was not forgotten; the test needs it to be", turn, "k")
+		}
+		log.see(c.wavesSince(mark), "p1", "k")
+	}
+}
+
+// faultFree is a simulated run with no faults at all: contention only.
+func faultFree(seed int64, voters, proposers, clients, keys int) simConfig {
+	cfg := defaultSimConfig(seed, voters)
+	cfg.Proposers, cfg.Clients, cfg.Keys = proposers, clients, keys
+	cfg.Drop, cfg.Dup = 0, 0
+	cfg.Partitions, cfg.OneWay, cfg.Crashes, cfg.FullRestart, cfg.Reconfig = false, false, false, false, false
+	cfg.HealAt = time.Nanosecond // healed from the start: no long tails, waits without a budget
+	cfg.Duration = 6 * time.Second
+	return cfg
+}
+
+// Finding 3: two acquires racing for a freed key each got their accept to
+// one acceptor; neither grant was chosen, but each acceptor ran a full
+// timer for it, and every later acquire — the two racers' included — took
+// those timers for a live lease and parked for about a TTL. Without faults
+// a released key must go to a waiter within a few round trips (I9).
+func TestReviewHandOverNeverWaitsOutAnUnchosenGrant(t *testing.T) {
+	var worst time.Duration
+	for seed := int64(1); seed <= 40; seed++ {
+		s := newSim(faultFree(seed, 3, 1, 2, 1)) // 8 clients on one key
+		s.run()
+		worst = max(worst, s.check.maxHandover)
+		if len(s.fail) > 0 {
+			t.Fatalf("seed %d: %s", seed, failureReport(s))
+		}
+	}
+	t.Logf("longest hand-over in 40 fault-free runs: %v", worst)
+}
+
+func TestReviewReplayFaultFree(t *testing.T) {
+	if *simSeed == 0 {
+		t.Skip("no -sim.seed")
+	}
+	cfg := faultFree(*simSeed, 3, 1, 2, 1)
+	cfg.Trace = true
+	s := newSim(cfg)
+	s.run()
+	os.WriteFile("/tmp/trace.txt", []byte(strings.Join(s.trace, "\n")), 0o644)
+}
+
+// Finding 7: a waiting acquire that gave up stayed in the voters' lines,
+// and each such waiter cost the next one a hand-off grace. A node now
+// leaves the lines when no acquire of it waits for the key any more, and
+// declines a key it is told of but no longer wants.
+func TestReviewWaiterThatGivesUpLeavesTheLine(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1", "p2", "p3")
+	g := c.mustGrant("p1", "k")
+	p2 := c.node("p2")
+	o := scOpts(true)
+	o.Deadline = p2.clock.Now() + 200*time.Millisecond
+	op, err := p2.prop.Acquire("k", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	c.acquire("p3", "k", true) // waits behind p2
+	if res := c.waitResult("p2", op, time.Second); res.Outcome != Locked {
+		t.Fatalf("p2's acquire: %v, want locked at its deadline", res.Outcome)
+	}
+	for _, id := range voters3 {
+		if w := c.node(id).acc.regs["k"].watchers; slices.Contains(w, "p2") {
+			t.Errorf("voter %s still lists p2 as a waiter after its acquire ended: %v", id, w)
+		}
+	}
+	// The release goes to p3 at once: no grace spent on p2.
+	c.mustRelease("p1", "k", g.Epoch)
+	start := c.now
+	for {
+		if _, _, ok := c.node("p3").prop.Holds("k"); ok {
+			break
+		}
+		if c.now-start > scGrace/2 {
+			t.Fatalf("p3 not granted within half a hand-off grace of the release")
+		}
+		c.advance(time.Millisecond)
+	}
+}
+
+// A node told of a free key that no acquire of it waits for any more
+// declines it at once, and the voter tells the next waiter.
+func TestReviewNotifiedNodeWithoutWaiterDeclines(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1")
+	p1 := c.node("p1")
+	p1.prop.HandleNotify(&Notify{Config: c.m.ID, From: "b", To: "p1", Keys: []string{"k"}, Promised: []uint64{9}})
+	rd := p1.prop.Ready()
+	if len(rd.Requests) != 1 || rd.Requests[0].To != "b" || len(rd.Requests[0].Ops) != 1 || rd.Requests[0].Ops[0].Kind != OpUnwatch {
+		t.Fatalf("after a notify nobody waits for: requests %+v, want one unwatch of %q to b", rd.Requests, "k")
+	}
+}
