@@ -18,29 +18,11 @@ import (
 // the part of it that took effect to its result, and each write whose
 // outcome its operation never learned (a ghost) as an operation of its own
 // that may take effect at any time after it began — until a later write of
-// the same node on the same key is chosen (see ghostEnds).
+// the same node on the same key is chosen (see quorumtest.Ghosts).
 type recorder struct {
 	mu     sync.Mutex
 	hist   *qt.History
-	ghosts []ghostOp
-	chosen []chosenWrite
-}
-
-// ghostOp is a write of unknown outcome, from the operation of node that
-// ended at opEnd.
-type ghostOp struct {
-	node, key string
-	in        qt.Input
-	out       qt.Output
-	call      int64
-	opEnd     int64
-}
-
-// chosenWrite is a write of node on key that a majority accepted, by an
-// operation that began at started and reported at ret.
-type chosenWrite struct {
-	node, key    string
-	started, ret int64
+	ghosts qt.Ghosts
 }
 
 func (r *recorder) attach(m *Mesh) {
@@ -54,10 +36,10 @@ func (r *recorder) attach(m *Mesh) {
 		call := m.clock.at(res.RoundStarted).UnixNano()
 		started := m.clock.at(res.Started).UnixNano()
 		ghost := func(in qt.Input, out qt.Output) {
-			r.ghosts = append(r.ghosts, ghostOp{node: holder, key: res.Key, in: in, out: out, call: started, opEnd: now})
+			r.ghosts.Add(res.Key, holder, -1, in, out, started, now)
 		}
 		if len(res.Quorum) > 0 && (res.Outcome == quorum.Granted || res.Outcome == quorum.Released) {
-			r.chosen = append(r.chosen, chosenWrite{node: holder, key: res.Key, started: started, ret: now})
+			r.ghosts.Chosen(res.Key, holder, started, now)
 		}
 		out := qt.Output{Outcome: outcomeName(res.Outcome), Epoch: res.Epoch}
 		var in qt.Input
@@ -93,34 +75,6 @@ func (r *recorder) attach(m *Mesh) {
 		}
 		r.hist.Add(res.Key, -1, in, out, min(call, now), now)
 	}
-}
-
-// ghostEnds adds the ghosts to the history. A ghost may take effect until
-// the node's next write on the key is chosen: an operation that began after
-// the ghost's own ended has a higher ballot (a node runs one operation per
-// key at a time, and its ballots for a key only grow), and once a majority
-// accepted a higher ballot, the register's value is that ballot's or a
-// later one's — the rule the simulator applies with its view of every
-// acceptor. With no such write, the ghost stays open to the end. Without
-// these ends, a few ghosts overlapping everything after them make
-// porcupine's search blow up.
-func (r *recorder) ghostEnds() (bounded int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, g := range r.ghosts {
-		ret := qt.Infinity
-		for _, c := range r.chosen {
-			if c.node == g.node && c.key == g.key && c.started >= g.opEnd && c.ret < ret {
-				ret = c.ret
-			}
-		}
-		if ret != qt.Infinity {
-			bounded++
-		}
-		r.hist.Add(g.key, -1, g.in, g.out, g.call, ret)
-	}
-	r.ghosts = nil
-	return bounded
 }
 
 func outcomeName(o quorum.Outcome) string {
@@ -219,46 +173,14 @@ func TestRealHistoryIsLinearizable(t *testing.T) {
 		}
 		return !busy
 	})
-	ghosts := len(rec.ghosts)
-	bounded := rec.ghostEnds()
+	ghosts := rec.ghosts.Len()
+	bounded := rec.ghosts.AddTo(rec.hist)
 	t.Logf("%d operations recorded, %d of them writes of unknown outcome (%d ended by a later write of their node)",
 		rec.hist.Len(), ghosts, bounded)
 	if rec.hist.Len() < 50 {
 		t.Fatalf("only %d operations: the test did not exercise the mesh", rec.hist.Len())
 	}
-	bad, unknown := rec.hist.Check(30 * time.Second)
-	for _, k := range bad {
-		t.Errorf("history of %q is not linearizable:\n%s", k, rec.hist.Explain(k, 30))
-	}
-	if len(unknown) > 0 {
-		t.Errorf("the check of %v timed out", unknown)
-	}
-}
-
-// A ghost ends at the first write of its own node on its key that began
-// after the ghost's operation ended and was chosen; a write of another node,
-// on another key, or begun before, leaves it open.
-func TestGhostEndsAtTheNodesNextChosenWrite(t *testing.T) {
-	rec := &recorder{hist: qt.NewHistory()}
-	in := qt.Input{Kind: qt.Acquire, Holder: "a/1"}
-	out := qt.Output{Outcome: qt.NoQuorum, Unknown: true}
-	rec.ghosts = []ghostOp{
-		{node: "a/1", key: "k", in: in, out: out, call: 10, opEnd: 20},
-		{node: "a/1", key: "j", in: in, out: out, call: 10, opEnd: 20},
-	}
-	rec.chosen = []chosenWrite{
-		{node: "b/1", key: "k", started: 25, ret: 30}, // another node
-		{node: "a/1", key: "k", started: 15, ret: 35}, // began before the ghost's operation ended
-		{node: "a/1", key: "k", started: 40, ret: 60}, // the node's next chosen write
-		{node: "a/1", key: "k", started: 50, ret: 55}, // a later one that reported sooner
-	}
-	if n := rec.ghostEnds(); n != 1 {
-		t.Fatalf("%d ghosts bounded, want 1", n)
-	}
-	if ops := rec.hist.Ops("k"); len(ops) != 1 || ops[0].Call != 10 || ops[0].Return != 55 {
-		t.Fatalf("ghost on k: %+v, want call 10, return 55", ops)
-	}
-	if ops := rec.hist.Ops("j"); len(ops) != 1 || ops[0].Return != qt.Infinity {
-		t.Fatalf("ghost on j: %+v, want it open (return Infinity)", ops)
+	for _, v := range rec.hist.Verify(t, 30*time.Second) {
+		t.Logf("%v, checked in %v", v, v.Took.Round(time.Millisecond))
 	}
 }

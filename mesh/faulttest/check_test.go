@@ -10,235 +10,101 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/lockmesh/lockmesh/mesh/faulttest/internal/control"
+	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
 )
 
-// The porcupine model is one key's register as a client of the mesh can see
-// it: the epoch (token) of the latest grant and its holder. What a client
-// cannot see is left open:
+// The linearizability check is quorumtest's, over what a client of the
+// mesh can observe (see "Where the recorders differ" in its documentation):
 //
-//   - Lease expiry is a matter of time, so the model does not track whether
-//     the register is still held: a read that reports the key free must
-//     only name the latest grant's token.
-//   - An acquire that did not return a grant (refused, timed out, no quorum,
-//     or its process died) may still have been granted by a majority — a
-//     grant that raced with the give-up, which the node then frees in the
-//     background — so it leaves the register as it was or held by its node
-//     at some higher epoch nobody learned ("wild").
-//   - One acquire may be granted more than once before it returns: a round
-//     whose outcome it could not learn (accepts lost or late) and whose
-//     lease then expired unseen, then a grant at a higher epoch. So every
-//     acquire also has a shadow operation over the same interval that may
-//     leave the register wild for its node.
+//   - A grant: the register held by the node at its token. The acquire's
+//     earlier rounds, if it had any, may have been granted too and expired
+//     unseen: a write of unknown outcome at an epoch nobody learned, which
+//     its own grant ends.
+//   - An acquire that was not granted (refused, timed out, no quorum, or its
+//     process died) may still have written in a round whose end it never
+//     heard: such a write may take effect until its process's next grant of
+//     the key (quorumtest.Ghosts), or forever if there is none. A refusal
+//     also names the holder it found (Locked).
+//   - A read is mesh.Holder's: held means a live lease; an expired one still
+//     names its holder; free names nobody, and may be the first sign of a
+//     free the node did in the background.
 //   - A release answers nil both when it freed the key and when the lease
-//     had been lost, so releases constrain nothing and are not checked.
-//
-// So the model checks what a grant and a read say against real-time order:
-// a grant's token is above every token granted or read before it began,
-// and a read names the latest grant (or one in flight), never an older one.
-//
-// When every node was down at once (a full restart), all lock state is
-// gone: the history then holds an amnesia operation at that moment, after
-// which the register is empty (a read may say "never granted") but every
-// grant must still be above the tokens granted before (Floor).
-type register struct {
-	Epoch  uint64
-	Holder string
-	// Wild: held by Holder at some epoch above Epoch that nobody learned.
-	Wild bool
-	// Floor: grants must exceed it (the highest token before an amnesia).
-	Floor uint64
+//     had been lost, and nodes free grants in the background too, so
+//     releases are not recorded.
+//   - When every node was down at once (a full restart), all lock state was
+//     gone: an amnesia, after which the key reads as never granted but every
+//     grant must still be above the tokens granted before.
+
+// lin is a scenario's history as quorumtest checks it.
+type lin struct {
+	hist *qt.History
+	// checked counts client operations in it; ghosts the writes of unknown
+	// outcome, bounded those a later grant of their process ended.
+	checked, ghosts, bounded int
+	took                     time.Duration // porcupine's time, every key
 }
 
-// Model-only kinds of operation: "every node lost its state", and "this
-// acquire may have been granted an epoch it never reported".
-const (
-	kindAmnesia = "amnesia"
-	kindShadow  = "shadow"
-)
-
-type modelIn struct {
-	Kind string // kindAcquire (acquires and tries) or kindRead
-	Node string
-}
-
-type modelOut struct {
-	Granted bool // acquire
-	Token   uint64
-	Holder  string // read
-	Held    bool   // read
-}
-
-func stepRegister(s register, in modelIn, out modelOut) []interface{} {
-	switch in.Kind {
-	case kindAmnesia:
-		return []interface{}{register{Floor: max(s.Epoch, s.Floor)}}
-	case kindShadow:
-		return []interface{}{s, register{Epoch: s.Epoch, Holder: in.Node, Wild: true, Floor: s.Floor}}
-	case kindAcquire:
-		if out.Granted {
-			if out.Token > s.Epoch && out.Token > s.Floor {
-				return []interface{}{register{Epoch: out.Token, Holder: in.Node, Floor: s.Floor}}
-			}
-			return nil
-		}
-		return []interface{}{s, register{Epoch: s.Epoch, Holder: in.Node, Wild: true, Floor: s.Floor}}
-	case kindRead:
-		switch {
-		case s.Wild:
-			// The unknown grant is the one read (held, or freed since).
-			if out.Token > s.Epoch && (!out.Held || out.Holder == s.Holder) {
-				return []interface{}{register{Epoch: out.Token, Holder: s.Holder, Floor: s.Floor}}
-			}
-			return nil
-		case out.Token != s.Epoch, out.Held && out.Holder != s.Holder:
-			return nil
-		}
-		return []interface{}{s}
-	}
-	return nil
-}
-
-func lockModel() porcupine.Model {
-	nm := porcupine.NondeterministicModel{
-		Init: func() []interface{} { return []interface{}{register{}} },
-		Step: func(state, input, output interface{}) []interface{} {
-			return stepRegister(state.(register), input.(modelIn), output.(modelOut))
-		},
-		Hash: func(state interface{}) uint64 {
-			s := state.(register)
-			h := (uint64(14695981039346656037) ^ s.Epoch) * 1099511628211
-			h = (h ^ s.Floor) * 1099511628211
-			for i := 0; i < len(s.Holder); i++ {
-				h = (h ^ uint64(s.Holder[i])) * 1099511628211
-			}
-			if s.Wild {
-				h = (h ^ 1) * 1099511628211
-			}
-			return h
-		},
-		DescribeOperation: func(input, output interface{}) string {
-			in, out := input.(modelIn), output.(modelOut)
-			switch in.Kind {
-			case kindAmnesia:
-				return "every node lost its state"
-			case kindShadow:
-				return fmt.Sprintf("%s acquire (an unreported grant?)", in.Node)
-			}
-			if in.Kind == kindAcquire {
-				if out.Granted {
-					return fmt.Sprintf("%s acquire -> token %d", in.Node, out.Token)
-				}
-				return fmt.Sprintf("%s acquire -> not granted", in.Node)
-			}
-			return fmt.Sprintf("%s read -> holder %q held %v token %d", in.Node, out.Holder, out.Held, out.Token)
-		},
-		DescribeState: func(state interface{}) string {
-			s := state.(register)
-			floor := ""
-			if s.Floor != 0 {
-				floor = fmt.Sprintf(" (floor %d)", s.Floor)
-			}
-			if s.Wild {
-				return fmt.Sprintf("%s@>%d%s", s.Holder, s.Epoch, floor)
-			}
-			return fmt.Sprintf("%s@%d%s", s.Holder, s.Epoch, floor)
-		},
-	}
-	return nm.ToModel()
-}
-
-// modelOps turns a key's recorded operations into porcupine's, leaving out
-// those that constrain nothing (see register), and adds an amnesia
-// operation at each moment every node was down.
-func modelOps(ops []op, amnesias []int64) []porcupine.Operation {
-	var out []porcupine.Operation
-	for _, at := range amnesias {
-		out = append(out, porcupine.Operation{ClientId: amnesiaClient, Input: modelIn{Kind: kindAmnesia}, Output: modelOut{}, Call: at, Return: at})
-	}
-	for _, o := range ops {
-		var in modelIn
-		var res modelOut
+// linearizable turns h's client operations into a quorumtest history,
+// named name.
+func linearizable(name string, h *history) lin {
+	l := lin{hist: qt.NewHistory()}
+	l.hist.SetName(name)
+	var ghosts qt.Ghosts
+	unknown := qt.Output{Outcome: qt.NoQuorum, Unknown: true, AnyEpoch: true}
+	for _, o := range h.opsOf("") {
+		writer := cmp.Or(o.Proc, o.Node) // one process: its ballots only grow
 		switch o.Kind {
 		case kindAcquire, kindTry:
 			if o.Code == control.ErrBusy || o.Code == control.ErrInvalid {
 				continue // refused by the node itself: never reached the mesh
 			}
-			in = modelIn{Kind: kindAcquire, Node: o.Node}
-			res = modelOut{Granted: o.Code == "", Token: o.Token}
-			if res.Granted {
-				out = append(out, porcupine.Operation{ClientId: o.Client, Input: modelIn{Kind: kindShadow, Node: o.Node},
-					Output: modelOut{}, Call: o.Call, Return: o.Return})
+			in := qt.Input{Kind: qt.Acquire, Holder: o.Node}
+			switch {
+			case o.Code == "":
+				l.hist.Add(o.Key, o.Client, in, qt.Output{Outcome: qt.Granted, Epoch: o.Token}, o.Call, o.Return)
+				l.hist.Add(o.Key, o.Client, in, unknown, o.Call, o.Return)
+				ghosts.Chosen(o.Key, writer, o.Call, o.Return)
+				l.ghosts++
+				l.bounded++
+				l.checked++
+				continue
+			case o.Holder != "":
+				l.hist.Add(o.Key, o.Client, in, qt.Output{Outcome: qt.Locked, Holder: o.Holder, Epoch: o.Token}, o.Call, o.Return)
+				l.checked++
 			}
+			ghosts.Add(o.Key, writer, o.Client, in, unknown, o.Call, o.Return)
+			l.ghosts++
 		case kindRead:
 			if o.Code != "" {
 				continue
 			}
-			in = modelIn{Kind: kindRead, Node: o.Node}
-			res = modelOut{Token: o.Token, Holder: o.Holder, Held: o.Held}
-		default:
-			continue
+			l.hist.Add(o.Key, o.Client, qt.Input{Kind: qt.Read, Holder: o.Node},
+				qt.Output{Outcome: qt.ReadDone, Live: true, Held: o.Held, Holder: o.Holder, Epoch: o.Token}, o.Call, o.Return)
+			l.checked++
 		}
-		out = append(out, porcupine.Operation{ClientId: o.Client, Input: in, Output: res, Call: o.Call, Return: o.Return})
 	}
-	return out
+	l.bounded += ghosts.AddTo(l.hist)
+	for _, at := range h.amnesiaTimes() {
+		l.hist.Amnesia(at)
+	}
+	return l
 }
 
-// amnesiaClient is the client id of amnesia operations.
-const amnesiaClient = 1 << 20
-
-// checkLinearizable runs porcupine over each key's operations. It returns
-// how many operations it checked, and what it found.
-func checkLinearizable(h *history, timeout time.Duration) (int, []string) {
+// checkLinearizable runs quorumtest's check over each key's operations. It
+// returns how many client operations it checked, and what it found: each
+// failed check (not linearizable, or timed out) with the path of
+// porcupine's visualisation of it.
+func checkLinearizable(name string, h *history, timeout time.Duration) (lin, []string) {
+	l := linearizable(name, h)
 	var problems []string
-	checked := 0
-	m := lockModel()
-	for _, key := range h.keys() {
-		ops := modelOps(h.opsOf(key), h.amnesiaTimes())
-		for _, o := range ops {
-			if k := o.Input.(modelIn).Kind; k == kindAcquire || k == kindRead {
-				checked++ // not the model's own shadow and amnesia operations
-			}
-		}
-		switch porcupine.CheckOperationsTimeout(m, ops, timeout) {
-		case porcupine.Illegal:
-			problems = append(problems, fmt.Sprintf("the history of %q is not linearizable:\n%s", key, explain(m, ops, 25)))
-		case porcupine.Unknown:
-			problems = append(problems, fmt.Sprintf("the linearizability check of %q (%d operations) did not finish in %v", key, len(ops), timeout))
+	for _, v := range l.hist.CheckKeys(timeout) {
+		l.took += v.Took
+		if v.Failed() {
+			problems = append(problems, l.hist.Explain(v.Key, 25))
 		}
 	}
-	return checked, problems
-}
-
-// explain shows the last operations of the shortest prefix (by call time)
-// that is not linearizable.
-func explain(m porcupine.Model, ops []porcupine.Operation, last int) string {
-	ops = slices.Clone(ops)
-	slices.SortFunc(ops, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
-	lo, hi := 1, len(ops)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if porcupine.CheckOperationsTimeout(m, ops[:mid], 10*time.Second) == porcupine.Illegal {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "the first %d of %d operations (by call time) are not linearizable; the last is marked >>\n", lo, len(ops))
-	for i := max(0, lo-last); i < lo; i++ {
-		o := ops[i]
-		if i == lo-1 {
-			b.WriteString(">> ")
-		}
-		ret := fmt.Sprint(o.Return)
-		if o.Return >= infinity {
-			ret = "∞"
-		}
-		fmt.Fprintf(&b, "[%d, %s] c%d %s\n", o.Call, ret, o.ClientId, m.DescribeOperation(o.Input, o.Output))
-	}
-	return b.String()
+	return l, problems
 }
 
 // checkExclusion reports holders of a key whose intervals overlap.
@@ -317,12 +183,14 @@ func checkFence(h *history) []string {
 
 // summary is what a scenario's checks covered.
 type summary struct {
-	ops, modelOps, grants, writes, refused int
+	ops, modelOps, ghosts, bounded, grants, writes, refused int
+	linTook                                                 time.Duration
 }
 
 func (s summary) String() string {
-	return fmt.Sprintf("%d client operations (%d checked for linearizability), %d grants checked for exclusion and token order, %d fenced writes (%d refused)",
-		s.ops, s.modelOps, s.grants, s.writes, s.refused)
+	return fmt.Sprintf("%d client operations (%d checked for linearizability in %v, with %d writes of unknown outcome, %d of them ended by a grant of their process), "+
+		"%d grants checked for exclusion and token order, %d fenced writes (%d refused)",
+		s.ops, s.modelOps, s.linTook.Round(time.Microsecond), s.ghosts, s.bounded, s.grants, s.writes, s.refused)
 }
 
 // verify runs every check over h and fails t for each problem found.
@@ -330,7 +198,9 @@ func verify(t *testing.T, h *history) summary {
 	t.Helper()
 	var s summary
 	var problems []string
-	s.modelOps, problems = checkLinearizable(h, time.Minute)
+	var l lin
+	l, problems = checkLinearizable(t.Name(), h, time.Minute)
+	s.modelOps, s.ghosts, s.bounded, s.linTook = l.checked, l.ghosts, l.bounded, l.took
 	problems = append(problems, checkExclusion(h)...)
 	problems = append(problems, checkTokens(h)...)
 	problems = append(problems, checkFence(h)...)

@@ -310,7 +310,7 @@ func (c *cluster) do(n *node, client int, req control.Request) result {
 	}
 	wait := time.Duration(req.TimeoutMS)*time.Millisecond + requestWaitAllowed
 	res := p.call(req, wait)
-	c.hist.record(n.name, client, req, res)
+	c.hist.record(n.name, p.name, client, req, res)
 	return res
 }
 

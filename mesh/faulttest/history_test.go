@@ -11,11 +11,12 @@ import (
 
 	"github.com/lockmesh/lockmesh/lease"
 	"github.com/lockmesh/lockmesh/mesh/faulttest/internal/control"
+	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
 )
 
 // infinity is the return time of an operation whose outcome nobody learned
 // (its process died, or it never answered).
-const infinity = int64(1) << 62
+const infinity = qt.Infinity
 
 // Kinds of recorded operation.
 const (
@@ -32,6 +33,7 @@ type op struct {
 	Key    string
 	Client int
 	Node   string
+	Proc   string // the node's process that served it ("a#2")
 	Kind   string
 	Call   int64
 	Return int64  // infinity when the outcome is unknown
@@ -98,7 +100,7 @@ type history struct {
 	writes []write
 	fence  lease.Fence
 	// amnesias are moments when every node was down: all lock state was
-	// gone (see register).
+	// gone (quorumtest's Amnesia).
 	amnesias []int64
 }
 
@@ -117,7 +119,7 @@ func (h *history) amnesiaTimes() []int64 {
 
 // record adds a client operation with the result it got. Requests that
 // were never sent, and failed reads (which change nothing), are left out.
-func (h *history) record(node string, client int, req control.Request, res result) {
+func (h *history) record(node, proc string, client int, req control.Request, res result) {
 	if errors.Is(res.err, errDown) {
 		return
 	}
@@ -126,7 +128,7 @@ func (h *history) record(node string, client int, req control.Request, res resul
 	default:
 		return
 	}
-	o := op{Key: req.Key, Client: client, Node: node, Kind: req.Op, Call: res.callAt, Return: res.at, Code: res.code()}
+	o := op{Key: req.Key, Client: client, Node: node, Proc: proc, Kind: req.Op, Call: res.callAt, Return: res.at, Code: res.code()}
 	if res.err != nil {
 		o.Return = infinity
 	} else {

@@ -1,29 +1,37 @@
-// Package quorumtest holds what tests of lockmesh share: a sequential model
-// of one lock register for the porcupine linearizability checker, and a
-// recorder of operation histories. Only tests import it.
 package quorumtest
 
 import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/anishathalye/porcupine"
 )
 
-// State is one key's register as the model sees it: who holds it (a node
-// incarnation, written "node/inc") and its epoch. Lease expiry is a matter
-// of time, which a linearizability model cannot see; exclusion in time is
-// checked separately.
+// State is one key's register as the model sees it: who holds it and under
+// which epoch (see the package documentation for what is left out).
 type State struct {
 	Held   bool
 	Holder string
 	Epoch  uint64
 	// Wild: held by Holder at some epoch above Epoch that nobody learned
-	// (an acquire whose node died before it could report).
+	// (a write of unknown outcome whose epochs are not known either).
 	Wild bool
+	// Floor: the highest epoch before every node lost its state. The
+	// register then reads as never granted (epoch 0), but every grant must
+	// be above Floor. Zero once Epoch is above it.
+	Floor uint64
+}
+
+// bound is the epoch every new grant must exceed.
+func (s State) bound() uint64 { return max(s.Epoch, s.Floor) }
+
+// normal drops a Floor that Epoch has passed: it constrains nothing more.
+func (s State) normal() State {
+	if s.Floor <= s.Epoch {
+		s.Floor = 0
+	}
+	return s
 }
 
 // matches reports whether the register may be held by holder at epoch.
@@ -38,13 +46,19 @@ func (s State) matches(holder string, epoch uint64) bool {
 }
 
 func (s State) String() string {
-	if s.Wild {
-		return fmt.Sprintf("%s@>%d", s.Holder, s.Epoch)
+	var b strings.Builder
+	switch {
+	case s.Wild:
+		fmt.Fprintf(&b, "%s@>%d", s.Holder, s.Epoch)
+	case !s.Held:
+		fmt.Fprintf(&b, "free@%d", s.Epoch)
+	default:
+		fmt.Fprintf(&b, "%s@%d", s.Holder, s.Epoch)
 	}
-	if !s.Held {
-		return fmt.Sprintf("free@%d", s.Epoch)
+	if s.Floor != 0 {
+		fmt.Fprintf(&b, "(floor %d)", s.Floor)
 	}
-	return fmt.Sprintf("%s@%d", s.Holder, s.Epoch)
+	return b.String()
 }
 
 // Kinds of operation.
@@ -55,6 +69,9 @@ const (
 	// Cleanup is a node freeing a grant to itself that no lease of it
 	// stands for (background work of the proposer).
 	Cleanup = "cleanup"
+	// Amnesia is every node losing its state at once (a full restart).
+	// History.Amnesia records it; it has no Holder and an empty Output.
+	Amnesia = "amnesia"
 )
 
 // Outcomes.
@@ -84,6 +101,12 @@ type Output struct {
 	Epoch  uint64
 	Holder string // locked, read
 	Held   bool   // read
+	// Live (read): the read came through the public API (mesh.Holder),
+	// where Held says the lease is live, not that the register is held: an
+	// expired lease reads as not held and still names its holder, a free
+	// register names nobody. Such a history cannot see frees done in the
+	// background either (see the package documentation).
+	Live bool
 	// Attempted: the epochs an acquire with an Unknown outcome proposed.
 	// AnyEpoch: the attempts are not known either.
 	Attempted []uint64
@@ -110,25 +133,32 @@ func Model() porcupine.Model {
 		Equal: func(a, b interface{}) bool { return slices.Equal(a.(stateSet), b.(stateSet)) },
 		Hash: func(state interface{}) uint64 {
 			h := uint64(14695981039346656037)
+			mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
 			for _, s := range state.(stateSet) {
-				h = (h ^ s.Epoch) * 1099511628211
+				mix(s.Epoch)
+				mix(s.Floor)
 				for i := 0; i < len(s.Holder); i++ {
-					h = (h ^ uint64(s.Holder[i])) * 1099511628211
+					mix(uint64(s.Holder[i]))
 				}
 				if s.Held {
-					h = (h ^ 1) * 1099511628211
+					mix(1)
 				}
 				if s.Wild {
-					h = (h ^ 2) * 1099511628211
+					mix(2)
 				}
 			}
 			return h
 		},
 		DescribeOperation: func(input, output interface{}) string {
-			in, out := input.(Input), output.(Output)
-			return fmt.Sprintf("%s(%s %d) -> %s", in.Kind, in.Holder, in.Epoch, describe(out))
+			return describeOp(input.(Input), output.(Output))
 		},
 		DescribeState: func(state interface{}) string { return fmt.Sprint(state.(stateSet)) },
+		DescribeOperationMetadata: func(info interface{}) string {
+			if m, ok := info.(meta); ok {
+				return m.String()
+			}
+			return ""
+		},
 	}
 }
 
@@ -136,16 +166,18 @@ func Model() porcupine.Model {
 type stateSet []State
 
 func (ss stateSet) normal() stateSet {
+	for i := range ss {
+		ss[i] = ss[i].normal()
+	}
 	if len(ss) < 2 {
 		return ss
 	}
 	slices.SortFunc(ss, func(a, b State) int {
 		switch {
 		case a.Epoch != b.Epoch:
-			if a.Epoch < b.Epoch {
-				return -1
-			}
-			return 1
+			return cmpUint(a.Epoch, b.Epoch)
+		case a.Floor != b.Floor:
+			return cmpUint(a.Floor, b.Floor)
 		case a.Holder != b.Holder:
 			return strings.Compare(a.Holder, b.Holder)
 		case a.Held != b.Held:
@@ -164,19 +196,54 @@ func (ss stateSet) normal() stateSet {
 	return slices.Compact(ss)
 }
 
+func cmpUint(a, b uint64) int {
+	if a < b {
+		return -1
+	}
+	return 1
+}
+
+func describeOp(in Input, out Output) string {
+	switch in.Kind {
+	case Amnesia:
+		return "amnesia: every node lost its state"
+	case Release:
+		return fmt.Sprintf("release(%s@%d) -> %s", in.Holder, in.Epoch, describe(out))
+	}
+	return fmt.Sprintf("%s(%s) -> %s", in.Kind, in.Holder, describe(out))
+}
+
 func describe(o Output) string {
-	var b strings.Builder
-	b.WriteString(o.Outcome)
 	if o.Unknown {
-		fmt.Fprintf(&b, "? tried %v", o.Attempted)
+		switch {
+		case o.AnyEpoch:
+			return "unknown: held at some epoch nobody learned, or nothing"
+		case len(o.Attempted) > 0:
+			return fmt.Sprintf("unknown: held at one of %v, or nothing", o.Attempted)
+		case o.Epoch != 0:
+			return fmt.Sprintf("unknown: free@%d, or nothing", o.Epoch)
+		}
+		return "unknown: done, or nothing"
 	}
 	switch o.Outcome {
-	case Granted, Locked, Released:
-		fmt.Fprintf(&b, " %s@%d", o.Holder, o.Epoch)
+	case Granted:
+		return fmt.Sprintf("granted %d", o.Epoch)
+	case Locked:
+		if o.Holder == "" {
+			return "locked (being taken)"
+		}
+		return fmt.Sprintf("locked by %s@%d", o.Holder, o.Epoch)
+	case Released:
+		if o.Epoch != 0 {
+			return fmt.Sprintf("released %d", o.Epoch)
+		}
 	case ReadDone:
-		fmt.Fprintf(&b, " %v", State{Held: o.Held, Holder: o.Holder, Epoch: o.Epoch})
+		if o.Live {
+			return fmt.Sprintf("read live=%v holder=%q epoch %d", o.Held, o.Holder, o.Epoch)
+		}
+		return "read " + State{Held: o.Held, Holder: o.Holder, Epoch: o.Epoch}.String()
 	}
-	return b.String()
+	return o.Outcome
 }
 
 // step appends to next the registers that may follow s after the operation.
@@ -184,284 +251,108 @@ func describe(o Output) string {
 func step(next stateSet, s State, in Input, out Output) stateSet {
 	switch in.Kind {
 	case Acquire:
-		switch {
-		case out.Outcome == Granted:
-			if out.Epoch > s.Epoch {
-				next = append(next, State{Held: true, Holder: in.Holder, Epoch: out.Epoch})
-			}
-		case out.Outcome == Locked && !out.Unknown:
-			// The holder named is the register's, or a grant of a higher
-			// epoch still in flight; none named: contended, no constraint.
-			if out.Holder == "" || s.matches(out.Holder, out.Epoch) || out.Epoch > s.Epoch {
-				next = append(next, s)
-			}
-		case out.Unknown:
-			next = append(next, s)
-			if out.AnyEpoch {
-				next = append(next, State{Held: true, Holder: in.Holder, Epoch: s.Epoch, Wild: true})
-			}
-			for _, e := range out.Attempted {
-				if e > s.Epoch {
-					next = append(next, State{Held: true, Holder: in.Holder, Epoch: e})
-				}
-			}
-		default: // no quorum, cancelled: nothing happened
-			next = append(next, s)
-		}
+		return stepAcquire(next, s, in, out)
 	case Release:
-		mine := s.matches(in.Holder, in.Epoch)
-		freed := State{Epoch: max(s.Epoch, in.Epoch)}
-		switch {
-		case out.Outcome == Released:
-			if mine {
-				next = append(next, freed)
-			}
-		case out.Outcome == NotHeld:
-			if !mine || s.Wild {
-				next = append(next, s)
-			}
-		case out.Unknown && mine:
-			next = append(next, s, freed)
-		default:
-			next = append(next, s)
-		}
+		return stepRelease(next, s, in, out)
 	case Cleanup:
-		switch {
-		case out.Outcome == Released:
-			if s.matches(in.Holder, out.Epoch) {
-				next = append(next, State{Epoch: out.Epoch})
-			}
-		case out.Unknown && s.Held && s.Holder == in.Holder && (out.Epoch == 0 || s.matches(in.Holder, out.Epoch)):
-			next = append(next, s)
-			switch {
-			case out.Epoch != 0:
-				next = append(next, State{Epoch: out.Epoch})
-			case !s.Wild:
-				next = append(next, State{Epoch: s.Epoch})
-			}
-		default: // not held (declined) or no quorum
-			next = append(next, s)
-		}
+		return stepCleanup(next, s, in, out)
 	case Read:
-		switch {
-		case out.Outcome != ReadDone:
-			next = append(next, s)
-		case !out.Held:
-			if !s.Held && s.Epoch == out.Epoch {
-				next = append(next, s)
-			}
-		case s.matches(out.Holder, out.Epoch):
-			next = append(next, State{Held: true, Holder: out.Holder, Epoch: out.Epoch})
-		}
+		return stepRead(next, s, out)
+	case Amnesia:
+		// Every register is gone; what any of them held is the floor.
+		return append(next, State{Floor: s.bound()})
 	}
 	return next
 }
 
-// Infinity is the return time of an operation whose caller never learned
-// its outcome (its node crashed, say).
-const Infinity = int64(1) << 62
-
-// History records operations on many keys, safely from many goroutines.
-type History struct {
-	mu   sync.Mutex
-	ops  map[string][]porcupine.Operation
-	open map[int]pending
-	next int
-}
-
-type pending struct {
-	key    string
-	client int
-	input  Input
-	call   int64
-}
-
-// NewHistory returns an empty history.
-func NewHistory() *History {
-	return &History{ops: make(map[string][]porcupine.Operation), open: make(map[int]pending)}
-}
-
-// Call records the start of an operation and returns its handle.
-func (h *History) Call(key string, client int, in Input, at int64) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.next++
-	h.open[h.next] = pending{key: key, client: client, input: in, call: at}
-	return h.next
-}
-
-// Retime moves the call of an open operation later, to the start of the
-// part of it that could take effect (its last round): a tighter interval is
-// still a correct one, and it spares the checker much work.
-func (h *History) Retime(handle int, call int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if p, ok := h.open[handle]; ok && call > p.call {
-		p.call = call
-		h.open[handle] = p
-	}
-}
-
-// Return records the end of the operation with the given handle.
-func (h *History) Return(handle int, out Output, at int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p, ok := h.open[handle]
-	if !ok {
-		return
-	}
-	delete(h.open, handle)
-	h.ops[p.key] = append(h.ops[p.key], porcupine.Operation{
-		ClientId: p.client, Input: p.input, Output: out, Call: p.call, Return: at,
-	})
-}
-
-// Add records a whole operation at once.
-func (h *History) Add(key string, client int, in Input, out Output, call, ret int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.ops[key] = append(h.ops[key], porcupine.Operation{ClientId: client, Input: in, Output: out, Call: call, Return: ret})
-}
-
-// Abandon closes every open operation as one whose outcome nobody learned.
-func (h *History) Abandon(filter func(client int) bool) {
-	h.mu.Lock()
-	handles := make([]int, 0, len(h.open))
-	for id, p := range h.open {
-		if filter == nil || filter(p.client) {
-			handles = append(handles, id)
+func stepAcquire(next stateSet, s State, in Input, out Output) stateSet {
+	switch {
+	case out.Outcome == Granted:
+		if out.Epoch > s.bound() {
+			next = append(next, State{Held: true, Holder: in.Holder, Epoch: out.Epoch})
 		}
-	}
-	h.mu.Unlock()
-	slices.Sort(handles)
-	for _, id := range handles {
-		h.mu.Lock()
-		p := h.open[id]
-		h.mu.Unlock()
-		out := Output{Outcome: NoQuorum, Unknown: true}
-		if p.input.Kind == Acquire {
-			out.AnyEpoch = true
+	case out.Outcome == Locked && !out.Unknown:
+		// The holder named is the register's, or a value of a higher
+		// epoch that some acceptor accepted and no majority chose (yet);
+		// none named: contended, no constraint.
+		if out.Holder == "" || s.matches(out.Holder, out.Epoch) || out.Epoch > s.bound() {
+			next = append(next, s)
 		}
-		h.Return(id, out, Infinity)
-	}
-}
-
-// Len is the number of recorded operations.
-func (h *History) Len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, ops := range h.ops {
-		n += len(ops)
-	}
-	return n
-}
-
-// Keys lists the keys with recorded operations, sorted.
-func (h *History) Keys() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	keys := make([]string, 0, len(h.ops))
-	for k := range h.ops {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// Ops returns the operations recorded for key.
-func (h *History) Ops(key string) []porcupine.Operation {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.ops[key])
-}
-
-// informative reports whether an operation constrains the history: one
-// that certainly changed nothing and reported nothing (no quorum, cancelled,
-// a cleanup that declined) is a no-op the model accepts in every state, and
-// leaving it out spares the checker the work of placing it (an abandoned
-// one overlaps everything after it).
-func informative(op porcupine.Operation) bool {
-	out := op.Output.(Output)
-	if out.Unknown {
-		return true
-	}
-	switch out.Outcome {
-	case NoQuorum, Cancelled:
-		return false
-	case NotHeld:
-		return op.Input.(Input).Kind != Cleanup
-	}
-	return true
-}
-
-// Ops returns the operations recorded for key that constrain its history.
-func (h *History) checkedOps(key string) []porcupine.Operation {
-	var ops []porcupine.Operation
-	for _, op := range h.Ops(key) {
-		if informative(op) {
-			ops = append(ops, op)
+	case out.Unknown:
+		next = append(next, s)
+		if out.AnyEpoch {
+			next = append(next, State{Held: true, Holder: in.Holder, Epoch: s.bound(), Wild: true})
 		}
-	}
-	return ops
-}
-
-// Check runs porcupine over each key's history. It returns the keys whose
-// history is not linearizable and those whose check timed out.
-func (h *History) Check(timeout time.Duration) (bad, unknown []string) {
-	for _, key := range h.Keys() {
-		switch porcupine.CheckOperationsTimeout(Model(), h.checkedOps(key), timeout) {
-		case porcupine.Illegal:
-			bad = append(bad, key)
-		case porcupine.Unknown:
-			unknown = append(unknown, key)
+		for _, e := range out.Attempted {
+			if e > s.bound() {
+				next = append(next, State{Held: true, Holder: in.Holder, Epoch: e})
+			}
 		}
+	default: // no quorum, cancelled: nothing happened
+		next = append(next, s)
 	}
-	return bad, unknown
+	return next
 }
 
-// Explain renders the history of key around the first operation that makes
-// it non-linearizable, for a failure message: the operations that return
-// before the shortest failing prefix of calls, the last max of them.
-func (h *History) Explain(key string, max int) string {
-	ops := h.checkedOps(key)
-	slices.SortFunc(ops, func(a, b porcupine.Operation) int {
+func stepRelease(next stateSet, s State, in Input, out Output) stateSet {
+	mine := s.matches(in.Holder, in.Epoch)
+	freed := State{Epoch: max(s.Epoch, in.Epoch)}
+	switch {
+	case out.Outcome == Released:
+		if mine {
+			next = append(next, freed)
+		}
+	case out.Outcome == NotHeld:
+		// A wild register's unknown epoch may be another than this one.
+		if !mine || s.Wild {
+			next = append(next, s)
+		}
+	case out.Unknown && mine:
+		next = append(next, s, freed)
+	default:
+		next = append(next, s)
+	}
+	return next
+}
+
+func stepCleanup(next stateSet, s State, in Input, out Output) stateSet {
+	switch {
+	case out.Outcome == Released:
+		if s.matches(in.Holder, out.Epoch) {
+			next = append(next, State{Epoch: out.Epoch})
+		}
+	case out.Unknown && s.Held && s.Holder == in.Holder && (out.Epoch == 0 || s.matches(in.Holder, out.Epoch)):
+		next = append(next, s)
 		switch {
-		case a.Call < b.Call:
-			return -1
-		case a.Call > b.Call:
-			return 1
+		case out.Epoch != 0:
+			next = append(next, State{Epoch: out.Epoch})
+		case !s.Wild:
+			next = append(next, State{Epoch: s.Epoch})
 		}
-		return 0
-	})
-	m := Model()
-	// Binary search for the shortest prefix (by call time) that fails.
-	lo, hi := 1, len(ops)
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if porcupine.CheckOperationsTimeout(m, ops[:mid], 10*time.Second) == porcupine.Illegal {
-			hi = mid
-		} else {
-			lo = mid + 1
-		}
+	default: // not held (declined) or no quorum
+		next = append(next, s)
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%d operations; the first %d by call time are not linearizable; the last is marked >>\n", len(ops), lo)
-	ops = ops[:lo]
-	start := 0
-	if max > 0 && len(ops) > max {
-		start = len(ops) - max
-	}
-	for i := start; i < len(ops); i++ {
-		op := ops[i]
-		if i == len(ops)-1 {
-			b.WriteString(">> ")
+	return next
+}
+
+func stepRead(next stateSet, s State, out Output) stateSet {
+	switch {
+	case out.Outcome != ReadDone:
+		next = append(next, s)
+	case out.Live && !out.Held && out.Holder == "":
+		// Free at that epoch, or held at it by a grant whose free the
+		// history could not see (background work of the node).
+		if (s.Wild && out.Epoch > s.Epoch) || (!s.Wild && s.Epoch == out.Epoch) {
+			next = append(next, State{Epoch: out.Epoch, Floor: s.Floor})
 		}
-		ret := fmt.Sprint(op.Return)
-		if op.Return >= Infinity {
-			ret = "∞"
+	case !out.Held && !out.Live:
+		if !s.Held && s.Epoch == out.Epoch {
+			next = append(next, s)
 		}
-		fmt.Fprintf(&b, "[%d, %s] c%d %s\n", op.Call, ret, op.ClientId, m.DescribeOperation(op.Input, op.Output))
+	case s.matches(out.Holder, out.Epoch):
+		// Held; or, through the API, an expired lease still naming its
+		// holder: the register is held all the same.
+		next = append(next, State{Held: true, Holder: out.Holder, Epoch: out.Epoch})
 	}
-	return b.String()
+	return next
 }
