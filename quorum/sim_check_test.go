@@ -567,9 +567,12 @@ func (k *simChecker) final() {
 	}
 	k.recordGhosts()
 	for era, h := range k.hist {
-		bad, _ := h.Check(20 * time.Second)
-		for _, key := range bad {
-			s.failf("I8: the history of %q (era %d) is not linearizable:\n%s", key, era, h.Explain(key, 40))
+		h.SetName(fmt.Sprintf("sim-seed%d-v%d-era%d", s.cfg.Seed, s.cfg.Voters, era))
+		for _, v := range h.CheckKeys(20 * time.Second) {
+			if !v.Failed() {
+				continue
+			}
+			s.failf("I8 (era %d): %v:\n%s", era, v, h.Explain(v.Key, 40))
 		}
 	}
 }
