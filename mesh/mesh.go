@@ -26,6 +26,7 @@ type Mesh struct {
 	log   hclog.Logger
 	met   *metrics.Metrics // nil: no Config.MetricSink
 	lbl   []metrics.Label
+	stats meters // the node's own figures (metrics.go)
 	clock *clock
 	lim   limits
 	qo    quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
