@@ -20,6 +20,7 @@ type History struct {
 	open     map[int]pending
 	next     int
 	amnesias []int64
+	losses   []int64 // MajorityLoss
 	name     string
 	verdicts map[string]Verdict
 }
@@ -95,6 +96,20 @@ func (h *History) Amnesia(at int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.amnesias = append(h.amnesias, at)
+}
+
+// MajorityLoss records that the voters of a majority lost their state at
+// the given time (crashed together, memory only) while other nodes ran on.
+// Unlike a full restart, operations in flight go on across it; and every
+// register may afterwards hold any value the surviving voters accepted, an
+// older one than a majority had chosen. From there on the history of a key
+// is linearizable again, but not across the loss: no quorum system keeps a
+// value that a majority forgot. (Exclusion and tokens do not rest on the
+// register's history; the simulator checks them on their own.)
+func (h *History) MajorityLoss(at int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.losses = append(h.losses, at)
 }
 
 // Abandon closes every open operation as one whose outcome nobody learned.
@@ -210,6 +225,12 @@ func (h *History) checkedOps(key string) []porcupine.Operation {
 		ops = append(ops, porcupine.Operation{ClientId: amnesiaClient, Input: Input{Kind: Amnesia}, Output: Output{},
 			Call: at, Return: at, Metadata: meta{client: amnesiaClient}})
 	}
+	h.mu.Lock()
+	for _, at := range h.losses {
+		ops = append(ops, porcupine.Operation{ClientId: amnesiaClient, Input: Input{Kind: MajorityLost}, Output: Output{},
+			Call: at, Return: at, Metadata: meta{client: amnesiaClient}})
+	}
+	h.mu.Unlock()
 	lanes(ops)
 	return ops
 }

@@ -21,6 +21,10 @@ type State struct {
 	// register then reads as never granted (epoch 0), but every grant must
 	// be above Floor. Zero once Epoch is above it.
 	Floor uint64
+	// Any: a majority of voters lost its state (MajorityLost); the
+	// register holds some value the survivors accepted, which the next
+	// operation that observes it tells.
+	Any bool
 }
 
 // bound is the epoch every new grant must exceed.
@@ -48,6 +52,8 @@ func (s State) matches(holder string, epoch uint64) bool {
 func (s State) String() string {
 	var b strings.Builder
 	switch {
+	case s.Any:
+		b.WriteString("any (a majority lost its state)")
 	case s.Wild:
 		fmt.Fprintf(&b, "%s@>%d", s.Holder, s.Epoch)
 	case !s.Held:
@@ -72,6 +78,9 @@ const (
 	// Amnesia is every node losing its state at once (a full restart).
 	// History.Amnesia records it; it has no Holder and an empty Output.
 	Amnesia = "amnesia"
+	// MajorityLost is a majority of voters losing its state while others
+	// run on (History.MajorityLoss).
+	MajorityLost = "majority lost"
 )
 
 // Outcomes.
@@ -146,6 +155,9 @@ func Model() porcupine.Model {
 				if s.Wild {
 					mix(2)
 				}
+				if s.Any {
+					mix(3)
+				}
 			}
 			return h
 		},
@@ -190,6 +202,11 @@ func (ss stateSet) normal() stateSet {
 				return -1
 			}
 			return 1
+		case a.Any != b.Any:
+			if !a.Any {
+				return -1
+			}
+			return 1
 		}
 		return 0
 	})
@@ -207,6 +224,8 @@ func describeOp(in Input, out Output) string {
 	switch in.Kind {
 	case Amnesia:
 		return "amnesia: every node lost its state"
+	case MajorityLost:
+		return "a majority of voters lost its state"
 	case Release:
 		return fmt.Sprintf("release(%s@%d) -> %s", in.Holder, in.Epoch, describe(out))
 	}
@@ -249,6 +268,9 @@ func describe(o Output) string {
 // step appends to next the registers that may follow s after the operation.
 // A step the operation's output rules out appends nothing.
 func step(next stateSet, s State, in Input, out Output) stateSet {
+	if s.Any && in.Kind != Amnesia && in.Kind != MajorityLost {
+		return stepAny(next, in, out)
+	}
 	switch in.Kind {
 	case Acquire:
 		return stepAcquire(next, s, in, out)
@@ -261,8 +283,24 @@ func step(next stateSet, s State, in Input, out Output) stateSet {
 	case Amnesia:
 		// Every register is gone; what any of them held is the floor.
 		return append(next, State{Floor: s.bound()})
+	case MajorityLost:
+		return append(next, State{Any: true})
 	}
 	return next
+}
+
+// stepAny is the step from a register whose value is not known (after a
+// majority lost its state): what the operation observed is what it held.
+func stepAny(next stateSet, in Input, out Output) stateSet {
+	switch {
+	case in.Kind == Acquire && out.Outcome == Granted:
+		return append(next, State{Held: true, Holder: in.Holder, Epoch: out.Epoch})
+	case (in.Kind == Release || in.Kind == Cleanup) && out.Outcome == Released:
+		return append(next, State{Epoch: max(in.Epoch, out.Epoch)})
+	case in.Kind == Read && out.Outcome == ReadDone && !out.Live:
+		return append(next, State{Held: out.Held, Holder: out.Holder, Epoch: out.Epoch})
+	}
+	return append(next, State{Any: true})
 }
 
 func stepAcquire(next stateSet, s State, in Input, out Output) stateSet {

@@ -51,12 +51,18 @@ func live(holder string, held bool, epoch uint64, client int, call, ret int64) s
 
 func amnesia(at int64) scripted { return scripted{call: at, in: Input{Kind: Amnesia}} }
 
+func majorityLost(at int64) scripted { return scripted{call: at, in: Input{Kind: MajorityLost}} }
+
 func historyOf(name string, ops []scripted) *History {
 	h := NewHistory()
 	h.SetName(name)
 	for _, o := range ops {
-		if o.in.Kind == Amnesia {
+		switch o.in.Kind {
+		case Amnesia:
 			h.Amnesia(o.call)
+			continue
+		case MajorityLost:
+			h.MajorityLoss(o.call)
 			continue
 		}
 		h.Add("k", o.client, o.in, o.out, o.call, o.ret)
@@ -184,6 +190,17 @@ func TestModel(t *testing.T) {
 		{"after a full restart: a grant above the token before, but not above a later read's", []scripted{
 			granted("a/1", 20, 0, 0, 10), amnesia(100), granted("b/2", 30, 1, 200, 210), read("b/2", true, 30, 2, 220, 230),
 			granted("c/2", 25, 2, 240, 250),
+		}, false},
+		{"after a majority lost its state: an older value again", []scripted{
+			granted("a/1", 20, 0, 0, 10), release("a/1", 20, Released, 0, 20, 30), majorityLost(100),
+			read("a/1", true, 20, 1, 200, 210), granted("b/1", 30, 2, 220, 230), read("b/1", true, 30, 1, 240, 250),
+		}, true},
+		{"after a majority lost its state, the register still does not change by itself", []scripted{
+			granted("a/1", 20, 0, 0, 10), majorityLost(100),
+			read("a/1", true, 20, 1, 200, 210), read("", false, 5, 1, 220, 230),
+		}, false},
+		{"an older value again, without a majority lost", []scripted{
+			granted("a/1", 20, 0, 0, 10), release("a/1", 20, Released, 0, 20, 30), read("a/1", true, 20, 1, 200, 210),
 		}, false},
 		{"never granted, without a full restart", []scripted{
 			granted("a/1", 20, 0, 0, 10), read("", false, 0, 1, 200, 210),
