@@ -34,6 +34,10 @@ type AcceptorConfig struct {
 	// HandoffGrace is how long a waiter told that a key is free has to take
 	// it before the next waiter in line is told. Zero means 100ms.
 	HandoffGrace time.Duration
+	// Drift is ρ, the largest clock-rate error of any node (0.01 = 1%),
+	// in [0, 0.5). A timer the acceptor learns from another voter's clock
+	// (catch-up) is stretched by (1+ρ)/(1−ρ) to outlast it on this one.
+	Drift float64
 	// Fresh starts the acceptor live, without quarantine or catch-up: only
 	// for a node that has just been added to the voters and never voted
 	// before (a removed voter's name never returns). An empty acceptor is a
@@ -51,6 +55,8 @@ func (c *AcceptorConfig) validate() error {
 		return fmt.Errorf("%w: acceptor %s has no clock", ErrBadConfig, c.ID)
 	case c.MaxTTL <= 0:
 		return fmt.Errorf("%w: acceptor %s: MaxTTL %v must be positive", ErrBadConfig, c.ID, c.MaxTTL)
+	case c.Drift < 0 || c.Drift >= 0.5 || c.Drift != c.Drift:
+		return fmt.Errorf("%w: acceptor %s: drift %v outside [0, 0.5)", ErrBadConfig, c.ID, c.Drift)
 	case c.Quarantine < c.MaxTTL:
 		return fmt.Errorf("%w: acceptor %s: quarantine %v is shorter than the longest lease %v it may have accepted",
 			ErrBadConfig, c.ID, c.Quarantine, c.MaxTTL)
@@ -160,6 +166,13 @@ type Acceptor struct {
 	notify   map[NodeID][]notice
 
 	catchUp *catchUp
+	// liveFrom is the earliest time the acceptor may vote: its start plus
+	// the longest lease horizon it heard of (see CatchUpResponse.Horizon).
+	// horizon is that longest lease, reported to others while it matters
+	// (until horizonUntil).
+	liveFrom     time.Duration
+	horizon      time.Duration
+	horizonUntil time.Duration
 	// floorOnly is set when a majority of voters had lost their state at
 	// once, so that the acceptor went live without a majority to catch up
 	// from; epochs then rest on the wall-clock floor alone.
@@ -172,8 +185,10 @@ type Acceptor struct {
 // acceptorFaults break the protocol on purpose. Only tests set them, to show
 // that the simulator's checkers catch the bug; they are all off otherwise.
 type acceptorFaults struct {
-	skipQuarantine bool
-	equalPrepareOK bool // answer any prepare equal to the promise, as a duplicate
+	skipQuarantine    bool
+	equalPrepareOK    bool // answer any prepare equal to the promise, as a duplicate
+	ownQuarantineOnly bool // quarantine for this life's MaxTTL only, ignoring horizons heard
+	untimedCatchUp    bool // learn held values in catch-up without a timer
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -204,10 +219,29 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		regs:      make(map[string]*register),
 		notify:    make(map[NodeID][]notice),
 	}
+	a.liveFrom = a.startedAt + cfg.Quarantine
 	if cfg.Fresh {
 		a.state = Live
 	}
 	return a, nil
+}
+
+// stretch turns a time measured on another node's clock into one on this
+// clock that ends no earlier in real time: clock rates may differ by a
+// factor of (1+ρ)/(1−ρ).
+func (a *Acceptor) stretch(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (1 + a.cfg.Drift) / (1 - a.cfg.Drift))
+}
+
+// Horizon is the longest lease this acceptor may be protecting, or knows
+// another voter may be: the most it accepts (MaxTTL), or the longer horizon
+// it learned when it caught up, for as long as a lease of that length
+// accepted before could still run.
+func (a *Acceptor) Horizon() time.Duration {
+	if a.clock.Now() < a.horizonUntil {
+		return max(a.cfg.MaxTTL, a.horizon)
+	}
+	return a.cfg.MaxTTL
 }
 
 // State reports whether the acceptor votes yet.
@@ -464,6 +498,7 @@ func (a *Acceptor) Tick() {
 	a.maybeEndQuarantine()
 	if a.state == CatchingUp {
 		a.catchUp.tick(a.clock.Now(), a.cfg.RetryInterval)
+		a.maybeGoLive()
 	}
 	a.expire(a.clock.Now())
 }
@@ -484,6 +519,9 @@ func (a *Acceptor) NextTick() (time.Duration, bool) {
 	case CatchingUp:
 		if t, has := a.catchUp.next(a.cfg.RetryInterval); has {
 			set(t)
+		}
+		if a.clock.Now() < a.liveFrom {
+			set(a.liveFrom)
 		}
 	}
 	if len(a.expiries) > 0 {

@@ -103,7 +103,7 @@ func (c *catchUp) next(retry time.Duration) (time.Duration, bool) {
 // this acceptor's registers. Only a live acceptor answers with data.
 func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	resp := &CatchUpResponse{Config: a.m.ID, From: a.cfg.ID, To: req.From, Inc: a.cfg.Incarnation,
-		Bucket: req.Bucket, List: req.List}
+		Bucket: req.Bucket, List: req.List, Horizon: a.Horizon()}
 	if req.Config != a.m.ID {
 		a.stats.WrongConfig++
 		resp.Status = StatusWrongConfig
@@ -120,6 +120,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		resp.Status = StatusOK
 		return resp
 	}
+	now := a.clock.Now()
 	for key, r := range a.regs {
 		if bucketOf(key, req.Buckets) != req.Bucket {
 			continue
@@ -132,6 +133,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		}
 		resp.Entries = append(resp.Entries, Entry{
 			Key: key, Promise: r.promise, Accepted: r.accepted, Value: r.value, MaxEpoch: r.maxEpoch,
+			Remaining: r.remaining(now),
 		})
 	}
 	if req.List {
@@ -153,6 +155,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	if a.state != CatchingUp || resp.Config != a.m.ID {
 		return
 	}
+	a.learnHorizon(resp.Horizon)
 	var p *peerCatchUp
 	for _, q := range a.catchUp.peers {
 		if q.id == resp.From {
@@ -165,6 +168,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	switch resp.Status {
 	case StatusRecovering:
 		p.recovering = true
+		a.learnHorizon(resp.Horizon)
 		a.maybeGoLive()
 		return
 	case StatusOK:
@@ -187,6 +191,25 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	a.catchUp.ask(p, a.clock.Now())
 }
 
+// learnHorizon takes the lease horizon another voter reported: this
+// acceptor may vote only once a lease of that length, accepted before its
+// start (in its earlier life, perhaps under a longer MaxTTL than today's),
+// has ended (review finding 2). A lease of TTL h accepted before the start
+// has a holder deadline within h of it in real time (HolderTTL ≤ γ·h), and
+// h on this clock lasts at least that.
+func (a *Acceptor) learnHorizon(h time.Duration) {
+	if h <= 0 || a.faults.ownQuarantineOnly {
+		return
+	}
+	a.liveFrom = max(a.liveFrom, a.startedAt+h)
+	if h > a.horizon {
+		a.horizon = h
+	}
+	// Others restarting meanwhile learn it from this acceptor too, while
+	// a lease of that length begun before now could run (generously).
+	a.horizonUntil = max(a.horizonUntil, a.clock.Now()+2*a.stretch(h))
+}
+
 func (a *Acceptor) merge(e *Entry) {
 	if e.Key == "" {
 		return
@@ -196,14 +219,32 @@ func (a *Acceptor) merge(e *Entry) {
 		r.promise, r.promisedBy = e.Promise, 0
 	}
 	if r.accepted.Less(e.Accepted) {
-		// Learned, not accepted here: no exclusion timer. Any lease this
-		// value started runs its timers at the voters that accepted it.
-		r.accepted, r.value, r.hasTimer = e.Accepted, e.Value, false
+		if !r.value.sameGrant(e.Value) {
+			r.hasTimer = false
+		}
+		r.accepted, r.value = e.Accepted, e.Value
+	}
+	if e.Remaining > 0 && e.Value.Held && r.value.sameGrant(e.Value) && !a.faults.untimedCatchUp {
+		// A voter times this grant still: time it here too, for as long
+		// on this clock. Some voter that accepted the grant's latest lease
+		// period answers every catch-up (the voters asked meet every
+		// accept majority), so a live lease is timed here before this
+		// acceptor votes (review finding 2: it used to be learned without
+		// a timer, and a majority with this acceptor could grant the key
+		// while the lease ran).
+		end := a.clock.Now() + a.stretch(e.Remaining)
+		if !r.hasTimer || end > r.until {
+			r.until = end
+		}
+		r.hasTimer = true
 	}
 	r.maxEpoch = max(r.maxEpoch, e.MaxEpoch, e.Value.Epoch)
 }
 
 func (a *Acceptor) maybeGoLive() {
+	if a.state != CatchingUp || (a.clock.Now() < a.liveFrom && !a.faults.skipQuarantine) {
+		return
+	}
 	// enough reports whether the others done meet every majority of
 	// voters that this acceptor may have been part of.
 	enough := func(voters []NodeID) bool {

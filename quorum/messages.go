@@ -232,6 +232,12 @@ type CatchUpResponse struct {
 	// Members is the responder's configuration when it is not the
 	// request's (StatusWrongConfig).
 	Members *Membership `codec:"m,omitempty"`
+	// Horizon is the longest lease the responder may be protecting, or
+	// knows another voter may be: its MaxTTL, or longer if it learned of
+	// longer leases when it last caught up. A recovering acceptor stays out
+	// of the vote until the longest horizon it hears of has passed since
+	// its start, whatever its own, perhaps lowered, MaxTTL says.
+	Horizon time.Duration `codec:"h,omitempty"`
 }
 
 // Entry is one register as a catch-up carries it.
@@ -241,4 +247,9 @@ type Entry struct {
 	Accepted Ballot `codec:"a,omitempty"`
 	Value    Value  `codec:"v,omitempty"`
 	MaxEpoch uint64 `codec:"me,omitempty"`
+	// Remaining is how long the responder's exclusion timer for Value
+	// still runs, on its own clock (zero: none runs). The recovering
+	// acceptor times the grant itself for as long, stretched for the
+	// worst clock-rate difference.
+	Remaining time.Duration `codec:"rem,omitempty"`
 }

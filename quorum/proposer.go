@@ -260,12 +260,19 @@ type Proposer struct {
 
 	keys   map[string]*keyState
 	rounds map[uint64]*op // by wire id of the round in flight
-	ops    map[OpID]*op
-	held   []*keyState       // keys with a lease, in a reproducible order
-	incs   map[NodeID]uint64 // latest incarnation heard from each acceptor
-	timers timerHeap
-	idle   []idleKey // keys with fast-path state and nothing else, oldest first
-	nidle  int       // how many keys are idle (idle may hold stale entries)
+	// lateFast maps the accept round that left a key's fast path to the
+	// key, while the fast path stands: voters that accept after the round
+	// ended promised its next ballot too.
+	lateFast map[uint64]*keyState
+	// latePrep maps the prepare round of an operation whose accepts are
+	// out to the operation (see latePromise).
+	latePrep map[uint64]*op
+	ops      map[OpID]*op
+	held     []*keyState       // keys with a lease, in a reproducible order
+	incs     map[NodeID]uint64 // latest incarnation heard from each acceptor
+	timers   timerHeap
+	idle     []idleKey // keys with fast-path state and nothing else, oldest first
+	nidle    int       // how many keys are idle (idle may hold stale entries)
 
 	srtt, rttvar time.Duration // how long phases take (roundTimer)
 
@@ -306,6 +313,7 @@ type proposerFaults struct {
 	skipMigration bool            // settle a voter change without moving the keys into it
 	perKeyBallots bool            // count ballots per key only, from 1 again after forgetting a key
 	anyTimerLocks bool            // take any live timer of a grant not behind base for a lock
+	fastAnyVoter  bool            // send fast-path accepts to voters that did not promise the ballot
 }
 
 // ProposerStats counts what a proposer did.
@@ -331,15 +339,17 @@ func NewProposer(cfg ProposerConfig) (*Proposer, error) {
 		cfg.MaxIdleKeys = 4096
 	}
 	p := &Proposer{
-		cfg:    cfg,
-		m:      cfg.Membership.clone(),
-		clock:  cfg.Clock,
-		rand:   cfg.Rand,
-		keys:   make(map[string]*keyState),
-		rounds: make(map[uint64]*op),
-		ops:    make(map[OpID]*op),
-		incs:   make(map[NodeID]uint64),
-		out:    make([]Request, len(cfg.Membership.Voters)),
+		cfg:      cfg,
+		m:        cfg.Membership.clone(),
+		clock:    cfg.Clock,
+		rand:     cfg.Rand,
+		keys:     make(map[string]*keyState),
+		rounds:   make(map[uint64]*op),
+		lateFast: make(map[uint64]*keyState),
+		latePrep: make(map[uint64]*op),
+		ops:      make(map[OpID]*op),
+		incs:     make(map[NodeID]uint64),
+		out:      make([]Request, len(cfg.Membership.Voters)),
 		// Round ids start anywhere: no answer meant for an earlier life
 		// of this node can match a round of this one.
 		nextRID: uint64(cfg.Rand.Int63()),
@@ -572,6 +582,7 @@ func (p *Proposer) attach(ks *keyState) *keyState {
 	case cur == nil:
 		p.keys[ks.key] = ks
 	case cur != ks:
+		p.dropFast(ks) // its promises are cur's to use, if any
 		cur.lastDeadline = max(cur.lastDeadline, ks.lastDeadline)
 		cur.counter = max(cur.counter, ks.counter)
 		ks = cur
@@ -610,10 +621,7 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	x.phase = phaseDone
 	x.timerGen++
 	delete(p.ops, x.id)
-	if x.rid != 0 {
-		delete(p.rounds, x.rid)
-		x.rid = 0
-	}
+	p.endRound(x)
 	if cap(x.replies) > 0 && len(p.spareReplies) < maxSpareReplies {
 		// No round of x will take another reply (it is out of rounds),
 		// and only a Step appends to a buffer: the next round can have it.
@@ -725,7 +733,7 @@ func (p *Proposer) maybeForget(ks *keyState) {
 		if !old.idle || e.seq != old.idleSeq {
 			continue // used since: a later entry stands for it, if any
 		}
-		old.fast = nil
+		p.dropFast(old)
 		if old.lastDeadline > now {
 			// Cannot forget it yet; look again when it comes round.
 			old.idleSeq++

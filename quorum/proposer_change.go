@@ -22,17 +22,19 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 	mine := base.heldBy(me, inc)
 	switch x.kind {
 	case kindAcquire:
-		if mine && ks.lease == nil && slices.Contains(x.leases, base.Lease) {
+		if mine && ks.lease == nil && slices.Contains(x.leases, base.Lease) && p.recentGrant(x, base.Epoch, now) {
 			// This very operation wrote that grant (the Lease ballot says
-			// so, not merely the epoch: another operation of this node may
-			// have proposed the same epoch) in an earlier round whose outcome
-			// it never learned. The epoch was never reported, so keep it
-			// (anyone who read the register saw it already) and give it a
-			// fresh lease.
+			// so, not merely the epoch) in an earlier round whose outcome
+			// it never learned, a moment ago. The epoch was never
+			// reported: keep it (anyone who read the register saw it) and
+			// give it a fresh lease.
 			v := base
 			v.TTL, v.Lease = x.opts.TTL, x.ballot
 			return v, OpResult{}, true
 		}
+		// Otherwise a grant of this node that no lease stands for is
+		// taken over by a new grant with a new epoch (blocked lets this
+		// node past its own timers).
 		if res, locked := p.blocked(x, base, replies, now); locked {
 			return Value{}, res, false
 		}
@@ -131,6 +133,23 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		return base, OpResult{}, true
 	}
 	return Value{}, OpResult{}, false
+}
+
+// recentGrant reports whether the grant of epoch e that x wrote in an
+// earlier round is recent enough to be taken up again under its epoch: so
+// recent that a majority of voters cannot have lost their state since and
+// voted again. After such a loss the old grant may be all the survivors
+// hold while a later grant, of a higher epoch, went with the others, and
+// keeping the old epoch would hand out a lower token (the simulator found
+// it). Voting again takes a restarted voter its quarantine, at least the
+// longest lease it accepts, so at least this lease's TTL if it would
+// accept this write; and an accept reaches only the voter lives that
+// answered this round. Measured from the first round that wrote e to the
+// end of this one's send window, against the holder's duration (below
+// γ·TTL: a lower bound, on any clock, of the quarantine).
+func (p *Proposer) recentGrant(x *op, e uint64, now time.Duration) bool {
+	i := slices.Index(x.attempted, e)
+	return i >= 0 && now+p.sendWindow(x)-x.attemptedAt[i] < x.opts.HolderTTL
 }
 
 // blocked reports whether an acquire must wait, and on whom.

@@ -189,10 +189,7 @@ func (p *Proposer) lose(ks *keyState, why LostReason) {
 func (p *Proposer) park(x *op, res OpResult) {
 	ks := x.ks
 	now := p.clock.Now()
-	if x.rid != 0 {
-		delete(p.rounds, x.rid)
-		x.rid = 0
-	}
+	p.endRound(x)
 	if ks.active == x {
 		ks.active = nil
 	}

@@ -418,7 +418,7 @@ func (p *Proposer) Adopt(m Membership) bool {
 	p.out = make([]Request, len(p.m.Voters))
 	p.stats.ConfigChanges++
 	for _, ks := range p.keys {
-		ks.fast = nil
+		p.dropFast(ks)
 	}
 	rids := make([]uint64, 0, len(p.rounds))
 	for rid := range p.rounds {
@@ -428,8 +428,7 @@ func (p *Proposer) Adopt(m Membership) bool {
 	now := p.clock.Now()
 	for _, rid := range rids {
 		x := p.rounds[rid]
-		delete(p.rounds, rid)
-		x.rid = 0
+		p.endRound(x)
 		x.repair = nil
 		x.phase = phaseBackoff
 		x.timerGen++

@@ -48,6 +48,7 @@ type keyState struct {
 	counter      uint64    // highest ballot counter seen on this key
 	fast         *fastPath // nil, or &fastBuf
 	fastBuf      fastPath  // reused by each accept, not to allocate one per round
+	fastRID      uint64    // the accept round that left fast (Proposer.lateFast)
 	idle         bool      // idle: counted in Proposer.nidle
 	idleSeq      uint64    // tells the current idle-list entry from stale ones
 	notices      uint64    // how many Notifies for the key arrived (HandleNotify)
@@ -123,6 +124,8 @@ type op struct {
 	contended   bool            // the last round failed on refusals, not silence
 	favoured    bool            // the last round lost while x's own grant led (ownGrantLeads)
 	watched     bool            // some prepare of x asked the voters to watch the key for it
+	prepRID     uint64          // the prepare round before the accepts out (Proposer.latePrep)
+	sentTo      voterIncs       // the voters the accepts went to, and their incarnations
 	repair      *OpResult       // the conclusion to report once the base is written back
 	lastLock    *OpResult       // the last Locked seen (waiting acquires)
 	attempted   []uint64        // epochs written (acquire, release, cleanup)
@@ -166,6 +169,14 @@ func okReplies(all []reply) []reply {
 	return ok
 }
 
+// dropFast forgets ks's fast path.
+func (p *Proposer) dropFast(ks *keyState) {
+	if ks.fast != nil || ks.fastRID != 0 {
+		delete(p.lateFast, ks.fastRID)
+		ks.fast, ks.fastRID = nil, 0
+	}
+}
+
 // startRound begins a round of x: straight to accept when the fast path
 // holds, else a prepare with a fresh ballot.
 func (p *Proposer) startRound(x *op) {
@@ -187,7 +198,7 @@ func (p *Proposer) startRound(x *op) {
 	// acceptor that accepts this round does so after t0 in real time.
 	x.t0, x.roundStart = now, now
 	if fp := ks.fast; fp != nil && !x.noFast && x.kind != kindRead {
-		ks.fast = nil // spent; a successful accept renews it
+		p.dropFast(ks) // spent; a successful accept renews it
 		x.ballot = fp.ballot
 		v, res, write := p.change(x, fp.base, nil, now)
 		switch {
@@ -242,9 +253,7 @@ func (p *Proposer) newBallot(ks *keyState) Ballot {
 }
 
 func (p *Proposer) newRound(x *op) {
-	if x.rid != 0 {
-		delete(p.rounds, x.rid)
-	}
+	p.endRound(x)
 	p.nextRID++
 	x.rid = p.nextRID
 	p.rounds[x.rid] = x
@@ -319,7 +328,6 @@ func (p *Proposer) push(voter int, o Op) {
 // sendAccepts sends v at x.ballot to every voter whose incarnation is known,
 // promising the next ballot of this proposer at the same time.
 func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
-	now := p.clock.Now()
 	x.phase = phaseAccept
 	x.proposed = v
 	if x.parent == nil && x.kind != kindRead && x.kind != kindRenew && x.repair == nil {
@@ -332,25 +340,69 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 		}
 	}
 	x.next = p.newBallot(x.ks)
-	if x.fast {
-		// A fast round has not been counted by newRound's votes yet; the
-		// tally is fresh already.
-		_ = now
-	} else {
+	if !x.fast {
+		// From the prepare to the accept: a new round id, and the
+		// prepare's is kept while the accepts are out, so that a voter
+		// whose promise comes in late still gets the accept (latePromise).
+		prep := x.rid
 		p.newRound(x)
+		x.prepRID = prep
+		p.latePrep[prep] = x
 	}
+	x.sentTo = x.sentTo[:0]
 	for i, id := range p.m.Voters {
 		inc := incs.get(id)
-		if inc == 0 {
+		if inc == 0 && (!x.fast || p.faults.fastAnyVoter) {
+			// Not among the voters that promised: it may accept if it
+			// promised nothing higher (the value is safe: a majority
+			// promised this ballot and reported what it held).
 			inc = p.incs[id]
 		}
 		if inc == 0 {
-			continue // never heard from: no promise could count
+			// Never heard from; or, on the fast path, a voter whose
+			// promise of this ballot this node does not hold. The fast
+			// path's ballot is safe only at the voters that promised it
+			// when they accepted the base, in the lives that promised:
+			// another voter, or another life of one, may have accepted a
+			// newer value since (after a restart of every voter, say), and
+			// accepting this ballot would put the stale value above it.
+			continue
 		}
-		p.push(i, Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: v, Next: x.next,
-			Migrate: x.kind == kindMigrate})
+		p.push(i, p.acceptOp(x, inc))
+		x.sentTo = append(x.sentTo, voterInc{id, inc})
 	}
 	x.unknown, x.wrote = true, true
+}
+
+// acceptOp is x's accept, addressed to a voter's incarnation inc.
+func (p *Proposer) acceptOp(x *op, inc uint64) Op {
+	return Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: x.proposed,
+		Next: x.next, Migrate: x.kind == kindMigrate}
+}
+
+// latePromise takes a promise that came in after x's prepare round had its
+// majority and moved on to accept: the voter gets the accept too, so that
+// it takes part in the fast path the round leaves, like the others.
+func (p *Proposer) latePromise(x *op, from NodeID, inc uint64, res *Result) {
+	if !res.OK || x.phase != phaseAccept || x.sentTo.get(from) != 0 {
+		return
+	}
+	if i := p.m.index(from); i >= 0 {
+		p.push(i, p.acceptOp(x, inc))
+		x.sentTo = append(x.sentTo, voterInc{from, inc})
+	}
+}
+
+// endRound forgets x's round in flight, and the prepare before it.
+func (p *Proposer) endRound(x *op) {
+	if x.rid != 0 {
+		delete(p.rounds, x.rid)
+		x.rid = 0
+	}
+	if x.prepRID != 0 {
+		delete(p.latePrep, x.prepRID)
+		x.prepRID = 0
+	}
 }
 
 // Step takes an acceptor's response.
@@ -380,7 +432,16 @@ func (p *Proposer) Step(resp *Response) {
 func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 	x := p.rounds[res.ID]
 	if x == nil {
-		return // a round that already ended
+		if y := p.latePrep[res.ID]; y != nil {
+			p.latePromise(y, from, inc, res)
+			return
+		}
+		// A round that already ended; a voter's late accept still adds to
+		// the fast path it left: that voter promised its ballot too.
+		if ks := p.lateFast[res.ID]; ks != nil && res.OK && ks.fast != nil && ks.fast.incs.get(from) == 0 {
+			ks.fast.incs = append(ks.fast.incs, voterInc{from, inc})
+		}
+		return
 	}
 	if res.Promised.Counter > x.ks.counter {
 		x.ks.counter = res.Promised.Counter
@@ -637,13 +698,15 @@ func (p *Proposer) accepted(x *op) {
 		// be concluded from it without asking again.) The buffer is free:
 		// a spent fast path is used only within the startRound that spent
 		// it.
+		p.dropFast(ks)
 		fp := &ks.fastBuf
 		fp.ballot, fp.base = x.next, x.proposed
 		fp.incs = fp.incs[:0]
 		for _, r := range x.replies {
 			fp.incs = append(fp.incs, voterInc{r.from, r.inc})
 		}
-		ks.fast = fp
+		ks.fast, ks.fastRID = fp, x.rid
+		p.lateFast[x.rid] = ks
 	}
 	if x.next.Counter > ks.counter {
 		ks.counter = x.next.Counter
@@ -702,17 +765,14 @@ func (p *Proposer) accepted(x *op) {
 // retry ends x's round and schedules another after a random backoff.
 func (p *Proposer) retry(x *op) {
 	ks := x.ks
-	ks.fast = nil
+	p.dropFast(ks)
 	x.repair = nil
 	if x.contended {
 		x.lastFailure = Locked
 	} else {
 		x.lastFailure = NoQuorum
 	}
-	if x.rid != 0 {
-		delete(p.rounds, x.rid)
-		x.rid = 0
-	}
+	p.endRound(x)
 	now := p.clock.Now()
 	if now >= x.deadline {
 		p.giveUp(x)

@@ -87,6 +87,7 @@ func faultFree(seed int64, voters, proposers, clients, keys int) simConfig {
 	cfg.Proposers, cfg.Clients, cfg.Keys = proposers, clients, keys
 	cfg.Drop, cfg.Dup = 0, 0
 	cfg.Partitions, cfg.OneWay, cfg.Crashes, cfg.FullRestart, cfg.Reconfig = false, false, false, false, false
+	cfg.MajorityCrash, cfg.Retime = false, false
 	cfg.HealAt = time.Nanosecond // healed from the start: no long tails, waits without a budget
 	cfg.Duration = 6 * time.Second
 	return cfg
@@ -168,5 +169,47 @@ func TestReviewNotifiedNodeWithoutWaiterDeclines(t *testing.T) {
 	rd := p1.prop.Ready()
 	if len(rd.Requests) != 1 || rd.Requests[0].To != "b" || len(rd.Requests[0].Ops) != 1 || rd.Requests[0].Ops[0].Kind != OpUnwatch {
 		t.Fatalf("after a notify nobody waits for: requests %+v, want one unwatch of %q to b", rd.Requests, "k")
+	}
+}
+
+// Finding 2: a voter's quarantine came from today's MaxTTL, so a rolling
+// restart that lowered it let a voter that had accepted a longer lease vote
+// again before that lease ended; and catch-up gave it the held value
+// without a timer. Here a lowers MaxTTL from 1 s to 200 ms across a
+// restart; p2, cut off from b (the other voter timing p1's lease), must not
+// be granted the key while p1 holds it.
+func TestReviewRestartWithShorterMaxTTLKeepsExclusion(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1", "p2")
+	c.cut["c"] = true // p1's grant lands on a and b
+	g := c.mustGrant("p1", "k")
+	c.cut["c"] = false
+	p1 := c.node("p1")
+	grantedAt := c.now
+	deadline := grantedAt + (g.Deadline - p1.clock.Now()) // p1's deadline in real time
+
+	short := func(cfg *AcceptorConfig) { cfg.MaxTTL, cfg.Quarantine = 200*time.Millisecond, 200*time.Millisecond }
+	c.restartAcceptor("a", short)
+	c.node("p1").prop = nil                // p1 neither renews nor releases: its lease runs to its deadline
+	c.cutPair[[2]NodeID{"p2", "b"}] = true // p2 reaches only a and c
+	p2 := c.node("p2")
+	// p2 runs the new settings too: 200 ms leases.
+	o := AcquireOptions{TTL: 200 * time.Millisecond, HolderTTL: 180 * time.Millisecond,
+		RenewEvery: 60 * time.Millisecond, Notice: 20 * time.Millisecond, Wait: true,
+		Deadline: p2.clock.Now() + 3*time.Second}
+	op, err := p2.prop.Acquire("k", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c.now < grantedAt+3*time.Second {
+		if res, ok := c.result("p2", op); ok {
+			if res.Outcome == Granted && c.now < deadline {
+				t.Fatalf("p2 granted %q at %v while p1 holds it until %v", "k", c.now, deadline)
+			}
+			break
+		}
+		c.advance(10 * time.Millisecond)
+	}
+	if res, ok := c.result("p2", op); !ok || res.Outcome != Granted {
+		t.Errorf("p2 never granted the key after p1's lease ended: %v %v", res.Outcome, ok)
 	}
 }

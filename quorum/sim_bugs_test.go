@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,9 @@ func (s *sim) applyAcceptorBug(n *simNode) {
 		n.acc.faults.skipQuarantine = true
 	case "ballot-reuse":
 		n.acc.faults.equalPrepareOK = true
+	case "short-quarantine":
+		n.acc.faults.ownQuarantineOnly = true
+		n.acc.faults.untimedCatchUp = true
 	}
 }
 
@@ -33,6 +37,8 @@ func (s *sim) applyProposerBug(n *simNode) {
 		n.prop.faults.perKeyBallots = true
 	case "any-timer-locks":
 		n.prop.faults.anyTimerLocks = true
+	case "fast-path-any-voter":
+		n.prop.faults.fastAnyVoter = true
 	}
 }
 
@@ -57,6 +63,7 @@ func (s *sim) reachableVoters(n *simNode) []NodeID {
 
 func findViolation(t *testing.T, bug string, want string, seeds int, tweak func(*simConfig)) {
 	t.Helper()
+	others := 0
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		for _, voters := range []int{3, 5} {
 			cfg := defaultSimConfig(seed, voters)
@@ -69,14 +76,27 @@ func findViolation(t *testing.T, bug string, want string, seeds int, tweak func(
 			if len(s.fail) == 0 {
 				continue
 			}
-			t.Logf("bug %q caught at seed %d, %d voters: %s", bug, seed, voters, firstLine(s.fail[0]))
-			if !strings.Contains(s.fail[0], want) {
-				t.Errorf("bug %q: first violation is not %s: %s", bug, want, firstLine(s.fail[0]))
+			if !slices.ContainsFunc(strings.Split(want, "|"), func(w string) bool { return strings.HasPrefix(violation(s.fail[0]), w) }) {
+				// Caught, but by another checker first (a liveness bound,
+				// say): the damage this test is about may lie behind it.
+				others++
+				t.Logf("bug %q at seed %d, %d voters, first broke another rule: %s", bug, seed, voters, firstLine(s.fail[0]))
+				continue
 			}
+			t.Logf("bug %q caught at seed %d, %d voters: %s", bug, seed, voters, firstLine(s.fail[0]))
 			return
 		}
 	}
-	t.Fatalf("bug %q went unnoticed for %d seeds", bug, seeds)
+	t.Fatalf("bug %q never broke %s in %d seeds (%d runs broke other rules first)", bug, want, seeds, others)
+}
+
+// violation is a failure's invariant and what follows ("I1: ..."), without
+// the time in front.
+func violation(fail string) string {
+	if _, rest, ok := strings.Cut(fail, ": "); ok {
+		return rest
+	}
+	return fail
 }
 
 func firstLine(s string) string {
@@ -94,8 +114,14 @@ func TestCheckerCatchesCountingMessages(t *testing.T) {
 
 // Voting straight after a restart: the acceptor forgot the leases it
 // accepted, so a majority with it may grant a live key again.
+//
+// Catch-up now carries the voters' timers, so only a restart that loses
+// the state of a majority of voters, with holders running on, leaves the
+// quarantine alone between a lease and a second grant.
 func TestCheckerCatchesSkippedQuarantine(t *testing.T) {
-	findViolation(t, "skip-quarantine", "I1", 100, nil)
+	findViolation(t, "skip-quarantine", "I1", 100, func(c *simConfig) {
+		c.MajorityCrash, c.MajorityCrashEvery, c.Drop, c.Reconfig = true, time.Second, 0.2, false
+	})
 }
 
 // Starting the holder's clock late (when the grant is confirmed, after the
@@ -112,6 +138,7 @@ func TestCheckerCatchesLateHolderClock(t *testing.T) {
 		cfg.Bug = bug
 		cfg.Drop, cfg.Dup, cfg.Drift = 0, 0, 0
 		cfg.Partitions, cfg.Crashes, cfg.FullRestart = false, false, false
+		cfg.MajorityCrash, cfg.Retime, cfg.Clocks = false, false, ""
 		cfg.Clients = 1
 		cfg.RoundTimeout = 500 * time.Millisecond
 		cfg.Duration = 6 * time.Second
@@ -174,7 +201,7 @@ func TestCheckerCatchesEpochReuse(t *testing.T) {
 // changes later, a majority of the voters need not meet the majority that
 // holds a lease, and grants it again.
 func TestCheckerCatchesSkippedMigration(t *testing.T) {
-	findViolation(t, "skip-migration", "I1", 100, func(c *simConfig) { c.Reconfig = true })
+	findViolation(t, "skip-migration", "I1|I8", 100, func(c *simConfig) { c.Reconfig = true })
 }
 
 // Letting any incarnation of a voter that a change added vote at once with
@@ -196,6 +223,41 @@ func TestCheckerCatchesBallotReuse(t *testing.T) {
 // Review finding 3 put back: any live timer of a grant not behind the
 // register's value locks the key, so after two acquires each got one
 // acceptor to accept, every waiter parks for about a lease.
+//
+// (Fault-free runs no longer reach it: the hand-off fixes keep two waiters'
+// grants from splitting the voters. Faults still split them.)
 func TestCheckerCatchesUnchosenGrantStall(t *testing.T) {
-	findViolation(t, "any-timer-locks", "I9", 40, nil)
+	findViolation(t, "any-timer-locks", "I9", 100, nil)
+}
+
+// The holder's duration without the drift factor (TTL less the margin):
+// with clock rates at the drift bound, the holder's deadline outlasts the
+// voters' timers, and a waiter is granted the key before it.
+func TestCheckerCatchesHolderDurationWithoutDrift(t *testing.T) {
+	findViolation(t, "holder-no-drift", "I1", 100, func(c *simConfig) { c.Clocks = "adversarial" })
+}
+
+// One-sided drift (TTL·(1−ρ) less the margin) covers a slow holder or fast
+// voters, not both at once.
+func TestCheckerCatchesOneSidedDrift(t *testing.T) {
+	findViolation(t, "holder-one-sided-drift", "I1", 100, func(c *simConfig) { c.Clocks = "adversarial" })
+}
+
+// Review finding 2 put back: the quarantine from this life's MaxTTL alone
+// and catch-up without timers. A rolling restart that lowers the TTL lets a
+// restarted voter vote while a longer lease of its earlier life runs.
+func TestCheckerCatchesShortQuarantine(t *testing.T) {
+	findViolation(t, "short-quarantine", "I1", 100, func(c *simConfig) {
+		c.Retime, c.RetimeTTL, c.Reconfig = true, c.TTL/4, false
+	})
+}
+
+// Fast-path accepts sent to voters that did not promise the ballot (found
+// by the simulator once a majority could crash under running proposers):
+// a voter that lost its state takes a stale value at a high ballot, and a
+// later round takes it up.
+func TestCheckerCatchesFastPathToAnyVoter(t *testing.T) {
+	findViolation(t, "fast-path-any-voter", "I2|I1|I8", 100, func(c *simConfig) {
+		c.Retime, c.RetimeTTL, c.Reconfig = true, c.TTL/4, false
+	})
 }

@@ -362,7 +362,8 @@ func (k *simChecker) handoverBound() time.Duration { return 5 * k.s.cfg.RoundTim
 // liveness bounds to apply: every voter has served its quarantine and
 // every lease of the faulty period has ended.
 func (k *simChecker) settled() bool {
-	return k.healedAt >= 0 && k.s.now > k.healedAt+k.s.cfg.quarantine()+2*k.s.cfg.TTL
+	longest := k.s.cfg.timingOf(k.s.cfg.longestTTL())
+	return k.healedAt >= 0 && k.s.now > k.healedAt+longest.Quarantine()+2*longest.TTL
 }
 
 // freed records a release of key, for the hand-over check, when a client
@@ -539,7 +540,8 @@ func (k *simChecker) livenessBound() time.Duration {
 	cfg := k.s.cfg
 	clients := time.Duration(len(k.s.nodes) * cfg.Clients)
 	perTurn := 50*time.Millisecond + 12*cfg.RoundTimeout
-	return cfg.quarantine() + 2*cfg.TTL + clients*perTurn + cfg.LivenessSlop
+	longest := cfg.timingOf(cfg.longestTTL())
+	return longest.Quarantine() + 2*longest.TTL + clients*perTurn + cfg.LivenessSlop
 }
 
 // final runs the checks that need the whole run: pending waits (I9) and

@@ -138,11 +138,12 @@ func (c *simClient) read(key string) {
 func (c *simClient) acquire(key string, wait bool, budget time.Duration) OpID {
 	s := c.s
 	c.key, c.called, c.wait = key, s.now, wait
+	ttl := c.n.ttl
 	opts := AcquireOptions{
-		TTL:        s.cfg.TTL,
-		HolderTTL:  s.cfg.holderTTL(),
-		RenewEvery: s.cfg.TTL / 3,
-		Notice:     s.cfg.Notice,
+		TTL:        ttl,
+		HolderTTL:  s.cfg.holderTTLOf(ttl),
+		RenewEvery: ttl / 3,
+		Notice:     min(s.cfg.Notice, ttl/5),
 		Wait:       wait,
 	}
 	if wait {

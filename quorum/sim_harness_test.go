@@ -46,6 +46,28 @@ type simConfig struct {
 	Crashes     bool
 	CrashEvery  time.Duration // mean time between crashes; zero: 1.5s
 	FullRestart bool
+	// MajorityCrash crashes a majority of the newest configuration's
+	// voters at once, now and then, while every other node (holders of
+	// leases among them) runs on: the one case where a restarted voter's
+	// quarantine alone keeps exclusion, and its catch-up concludes from
+	// a minority.
+	MajorityCrash bool
+	// MajorityCrashEvery is the mean time between majority crashes; zero
+	// means 3s.
+	MajorityCrashEvery time.Duration
+	// Retime rolls the lease TTL across restarts, as an operator changing
+	// the settings by a rolling restart would: nodes that start after
+	// RetimeAt (a third of the way to the heal) run RetimeTTL, the others
+	// cfg.TTL; at the heal every node still on the old setting restarts.
+	// Acceptors' MaxTTL and quarantine follow each life's setting.
+	Retime    bool
+	RetimeTTL time.Duration
+	// Clocks chooses the clock rates of each life: "" uniform in ±Drift;
+	// "extreme" at +Drift or −Drift, at random; "adversarial": voters at
+	// +Drift (their timers end soonest in real time), every other node at
+	// −Drift (its deadlines end latest). Rates are drawn again at every
+	// start, so they change between lives.
+	Clocks string
 	// Reconfig adds and removes voters, one at a time, while the faults
 	// run; new nodes join as spares to be added.
 	Reconfig     bool
@@ -65,7 +87,7 @@ type simConfig struct {
 }
 
 func defaultSimConfig(seed int64, voters int) simConfig {
-	return simConfig{
+	cfg := simConfig{
 		Seed:         seed,
 		Voters:       voters,
 		Proposers:    2,
@@ -85,6 +107,23 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 		FullRestart:  seed%5 == 0,
 		Reconfig:     seed%2 == 0,
 	}
+	// The states where bugs live, spread over the seeds: clock rates at
+	// the drift bound, a majority of voters crashing under running
+	// holders, lease settings rolled across restarts (lowered and raised).
+	// (Majority crashes and retiming stay out of the seeds that change
+	// voters: every restart begins from the founding voters, and without
+	// durable state a majority restarted after voter changes cannot know
+	// of them; see DESIGN §3.2, item 4.)
+	cfg.Clocks = []string{"", "extreme", "adversarial"}[seed%3]
+	switch seed % 8 {
+	case 1, 5:
+		cfg.MajorityCrash = true
+	case 3:
+		cfg.Retime, cfg.RetimeTTL = true, cfg.TTL/4
+	case 7:
+		cfg.Retime, cfg.TTL, cfg.RetimeTTL = true, cfg.TTL/4, cfg.TTL
+	}
+	return cfg
 }
 
 // timing is the run's lease arithmetic, from package lease as the mesh uses
@@ -96,6 +135,33 @@ func (c simConfig) timing() lease.Timing {
 func (c simConfig) holderTTL() time.Duration { return c.timing().HolderTTL() }
 
 func (c simConfig) quarantine() time.Duration { return c.timing().Quarantine() }
+
+// timingOf is the lease arithmetic of a life running TTL ttl.
+func (c simConfig) timingOf(ttl time.Duration) lease.Timing {
+	t := c.timing()
+	t.TTL = ttl
+	return t
+}
+
+// holderTTLOf is D_P for a lease of TTL ttl, as the proposer's caller
+// computes it (package lease), or as a broken rule does (sim_bugs_test.go).
+func (c simConfig) holderTTLOf(ttl time.Duration) time.Duration {
+	switch c.Bug {
+	case "holder-no-drift":
+		return ttl - c.SafetyMargin
+	case "holder-one-sided-drift":
+		return time.Duration(float64(ttl)*(1-c.Drift)) - c.SafetyMargin
+	}
+	return c.timingOf(ttl).HolderTTL()
+}
+
+// longestTTL is the longest TTL any life of the run uses.
+func (c simConfig) longestTTL() time.Duration {
+	if c.Retime {
+		return max(c.TTL, c.RetimeTTL)
+	}
+	return c.TTL
+}
 
 func (c simConfig) healAt() time.Duration {
 	if c.HealAt > 0 {
@@ -172,6 +238,7 @@ type simNode struct {
 	clock *simClock
 	acc   *Acceptor
 	prop  *Proposer
+	ttl   time.Duration // this life's lease TTL (see simConfig.Retime)
 
 	tickGen uint64
 	tickAt  time.Duration
@@ -308,8 +375,12 @@ func (s *sim) start(n *simNode) {
 	s.nextInc++
 	n.clock = &simClock{
 		s:        s,
-		rate:     1 + (2*s.rand.Float64()-1)*s.cfg.Drift,
+		rate:     s.clockRate(n),
 		wallSkew: int64(s.rand.Intn(20000)) - 10000, // ±10ms
+	}
+	n.ttl = s.cfg.TTL
+	if s.cfg.Retime && s.now >= s.retimeAt() {
+		n.ttl = s.cfg.RetimeTTL
 	}
 	// A fresh monotonic origin per life, as a new process gets.
 	n.clock.offset = time.Duration(s.rand.Int63n(int64(time.Hour))) - time.Duration(float64(s.now)*n.clock.rate)
@@ -333,7 +404,7 @@ func (s *sim) start(n *simNode) {
 		panic(err)
 	}
 	s.applyProposerBug(n)
-	s.tracef("%s starts, incarnation %d, clock rate %.4f", n.id, n.inc, n.clock.rate)
+	s.tracef("%s starts, incarnation %d, clock rate %.4f, TTL %v", n.id, n.inc, n.clock.rate, n.ttl)
 	if len(n.clients) == 0 {
 		for i := 0; i < s.cfg.Clients; i++ {
 			n.clients = append(n.clients, &simClient{s: s, n: n, id: n.idx*s.cfg.Clients + i, scripted: s.cfg.Script != nil})
@@ -354,13 +425,34 @@ func (s *sim) start(n *simNode) {
 	s.flush(n)
 }
 
+// clockRate draws the clock rate of n's new life (simConfig.Clocks).
+func (s *sim) clockRate(n *simNode) float64 {
+	rho := s.cfg.Drift
+	switch s.cfg.Clocks {
+	case "extreme":
+		if s.rand.Intn(2) == 0 {
+			return 1 - rho
+		}
+		return 1 + rho
+	case "adversarial":
+		if s.boot.IsVoter(n.id) || s.m.IsVoter(n.id) {
+			return 1 + rho
+		}
+		return 1 - rho
+	}
+	return 1 + (2*s.rand.Float64()-1)*rho
+}
+
+// retimeAt is when the roll to RetimeTTL begins (simConfig.Retime).
+func (s *sim) retimeAt() time.Duration { return s.cfg.healAt() / 3 }
+
 func (s *sim) newAcceptor(n *simNode, m Membership, fresh bool) {
 	var err error
 	n.acc, err = NewAcceptor(AcceptorConfig{
 		ID: n.id, Incarnation: n.inc, Membership: m, Clock: n.clock,
-		MaxTTL: s.cfg.TTL, Quarantine: s.cfg.quarantine(), CatchUpBuckets: 4,
+		MaxTTL: n.ttl, Quarantine: s.cfg.timingOf(n.ttl).Quarantine(), CatchUpBuckets: 4,
 		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
-		Fresh: fresh,
+		Drift: s.cfg.Drift, Fresh: fresh,
 	})
 	if err != nil {
 		panic(err)
@@ -458,6 +550,7 @@ func (s *sim) crash(n *simNode) {
 	}
 	s.tracef("%s crashes", n.id)
 	s.stats.Crashes++
+	s.maybeMajorityLost(n)
 	s.abandon(n)
 	n.up = false
 	n.acc, n.prop = nil, nil
@@ -751,6 +844,15 @@ func (s *sim) scheduleFaults() {
 		t := heal/3 + s.jitter(heal/3)
 		s.at(t, s.fullRestart)
 	}
+	if s.cfg.MajorityCrash {
+		every := s.cfg.MajorityCrashEvery
+		if every == 0 {
+			every = 3 * time.Second
+		}
+		for t := s.jitter(2 * time.Second); t < heal; t += s.jitter(every) {
+			s.at(t, s.crashMajority)
+		}
+	}
 	if s.cfg.Reconfig {
 		for t := s.jitter(800 * time.Millisecond); t < heal; t += s.jitter(1200 * time.Millisecond) {
 			s.at(t, s.reconfigure)
@@ -861,6 +963,49 @@ func (s *sim) crashOne() {
 	})
 }
 
+// maybeMajorityLost records, when crashing voter n leaves a majority of the
+// newest configuration's voters without their state (down, or not yet
+// caught up), that registers may from now on hold older values than a
+// majority had chosen (quorumtest.History.MajorityLoss). Once per loss:
+// until a majority holds state again.
+func (s *sim) maybeMajorityLost(n *simNode) {
+	if !s.m.IsVoter(n.id) {
+		return
+	}
+	lost := 1
+	for _, id := range s.m.Voters {
+		v := s.node(id)
+		if v != n && (!v.up || v.acc == nil || v.acc.State() != Live) {
+			lost++
+		}
+	}
+	if lost >= s.m.Majority() && lost-1 < s.m.Majority() {
+		s.tracef("a majority of voters has lost its state")
+		s.check.history().MajorityLoss(int64(s.now))
+	}
+}
+
+// crashMajority crashes a majority of the newest configuration's voters at
+// once (the state of a majority is lost) and starts them again soon after;
+// every other node, lease holders among them, runs on.
+func (s *sim) crashMajority() {
+	if s.healed {
+		return
+	}
+	voters := slices.Clone(s.m.Voters)
+	s.rand.Shuffle(len(voters), func(i, j int) { voters[i], voters[j] = voters[j], voters[i] })
+	s.tracef("a majority of voters crashes: %v", voters[:s.m.Majority()])
+	for _, id := range voters[:s.m.Majority()] {
+		n := s.node(id)
+		s.crash(n)
+		s.after(20*time.Millisecond+time.Duration(s.rand.Int63n(int64(300*time.Millisecond))), func() {
+			if !n.up && !s.ended {
+				s.start(n)
+			}
+		})
+	}
+}
+
 // fullRestart crashes every node at once and starts them again: every
 // register is lost.
 func (s *sim) fullRestart() {
@@ -894,6 +1039,15 @@ func (s *sim) heal() {
 	for _, n := range s.nodes {
 		if !n.up {
 			s.start(n)
+		}
+	}
+	if s.cfg.Retime {
+		// The rolling restart to the new setting completes.
+		for _, n := range s.nodes {
+			if n.up && n.ttl != s.cfg.RetimeTTL {
+				s.crash(n)
+				s.start(n)
+			}
 		}
 	}
 	s.check.healedAt = s.now
