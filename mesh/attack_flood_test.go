@@ -11,7 +11,7 @@ import (
 
 // setBudget sets the ballot transport's budget of bytes in flight (zero:
 // the default).
-func setBudget(cfg *Config, n int) {}
+func setBudget(cfg *Config, n int) { cfg.MaxBytesInFlight = n }
 
 // floodCluster is a mesh of three voters without TLS (an outsider can then
 // open ballot connections in any name): node0 runs in a child process, so
@@ -96,6 +96,12 @@ func TestAttackFrameFlood(t *testing.T) {
 	ch, nodes := floodCluster(t, 0)
 	heap0, rss0, _ := ch.memory(t)
 	tr := startTraffic(t, nodes, []string{"a", "b"}, 1)
+	if took, ok := tr.grantedEverywhere([]string{"node1", "node2", "node3"}, time.Now(), 10*time.Second); !ok {
+		t.Fatal("no grant on every node before the flood")
+	} else {
+		t.Logf("first grants after %v", took)
+	}
+	tr.resetFails()
 	start := time.Now()
 	flood(t, ch.rpc, 200, 4*mib-9)
 	heap, rss, peak := ch.memory(t)
