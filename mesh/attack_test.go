@@ -295,8 +295,9 @@ func (c *child) line(t *testing.T, word string) []string {
 	return nil
 }
 
-// memory asks the child for its memory: the Go heap in use and the
-// resident set now and at its highest, in bytes.
+// memory asks the child for its memory: the Go heap in use after a
+// collection (what is pinned) and the resident set now and at its highest,
+// in bytes.
 func (c *child) memory(t *testing.T) (heap, rss, peak int64) {
 	t.Helper()
 	fmt.Fprintln(c.in, "mem")
@@ -310,8 +311,8 @@ func (c *child) memory(t *testing.T) (heap, rss, peak int64) {
 // TestAttackChildNode is not a test: it is the child node of the attack
 // suite, run by startChild. It runs a node as LOCKMESH_ATTACK_CHILD says,
 // prints "ready <gossip address> <ballot address>", answers "mem" with
-// "mem <heap in use> <resident> <peak resident>" and stops when its input
-// ends.
+// "mem <heap in use after a collection> <resident> <peak resident>" and
+// stops when its input ends.
 func TestAttackChildNode(t *testing.T) {
 	js := os.Getenv("LOCKMESH_ATTACK_CHILD")
 	if js == "" {
@@ -336,6 +337,7 @@ func TestAttackChildNode(t *testing.T) {
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		if in.Text() == "mem" {
+			runtime.GC() // what is pinned, not garbage not yet collected
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)
 			rss, peak := procMemory()
