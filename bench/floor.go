@@ -50,7 +50,7 @@ func floor(ctx context.Context, o options) []workload.Row {
 	}
 
 	call := func(ctx context.Context) error {
-		_, err := client.Call(ctx, peers[0], floorBody)
+		_, err := client.Call(ctx, "", peers[0], floorBody)
 		return err
 	}
 	round := func(ctx context.Context) error { return quorumRound(ctx, client, peers, 2) }
@@ -71,7 +71,7 @@ func quorumRound(ctx context.Context, t transport.Transport, peers []string, nee
 	replies := make(chan error, len(peers)) // stragglers must not block
 	for _, p := range peers {
 		go func() {
-			_, err := t.Call(ctx, p, floorBody)
+			_, err := t.Call(ctx, "", p, floorBody)
 			replies <- err
 		}()
 	}

@@ -136,6 +136,14 @@ type Config struct {
 	// handshaking ones included; more are closed (limit.conns). Zero means
 	// 1024.
 	MaxInboundConns int
+	// MaxBytesInFlight bounds, in bytes, what the ballot transport holds of
+	// frames at once over all its connections (bodies being received or
+	// handled, replies not yet written): a frame that does not fit waits,
+	// unread, and is refused (its connection closed, limit.memory) if its
+	// FrameTimeout runs out first. It bounds the memory a flood of
+	// connections can pin. At least MaxFrameSize, at most 1 TiB. Zero
+	// means 64 MiB (or MaxFrameSize, if larger).
+	MaxBytesInFlight int
 	// FrameTimeout bounds the time from a ballot message's first byte to
 	// its last: a peer trickling bytes is cut off (limit.slow_frame). Keep
 	// it above MaxFrameSize over the slowest link's bandwidth. Zero means

@@ -145,7 +145,7 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 // localRequest hands a request of this node's proposer to its own acceptor.
 func (m *Mesh) localRequest(req *quorum.Request) *quorum.Response {
 	m.accMu.Lock()
-	if m.acc == nil {
+	if m.acc == nil || m.notVoting() {
 		m.accMu.Unlock()
 		return quorum.NoAcceptorResponse(m.prop.Membership(), m.name, m.inc, req)
 	}
@@ -168,11 +168,14 @@ func (m *Mesh) sendRequest(req *quorum.Request) {
 }
 
 // call sends one request to voter to at addr and steps the answer, which
-// must come from that voter: a vote is counted by the name it carries.
+// must come from that voter: a vote is counted by the name it carries, so
+// the transport checks that the peer is to (with TLS, by its certificate)
+// and checkAnswer that the answer is signed to, by the incarnation bound to
+// to (identity.go).
 func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.roundTimeout())
 	defer cancel()
-	reply, err := m.tr.Call(ctx, addr, body)
+	reply, err := m.tr.Call(ctx, string(to), addr, body)
 	if err != nil {
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
 			m.callFailed(addr, err)
@@ -181,13 +184,15 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 	}
 	m.incr("bytes.received", float32(len(reply)))
 	resp, err := m.lim.decodeResponse(reply)
-	if err == nil && resp.From != to {
-		err = fmt.Errorf("%w: the answer of %s at %s is signed %s", errMalformed, to, addr, resp.From)
+	if err == nil {
+		err = m.checkAnswer(to, addr, resp.From, resp.Inc)
 	}
 	if err != nil {
 		m.incr("rpc.malformed", 1)
 		m.countLimit(err)
-		m.log.Warn("bad ballot response", "peer", addr, "error", err)
+		if m.noisy.allow("bad response " + addr) {
+			m.log.Warn("bad ballot response", "peer", addr, "error", err)
+		}
 		return
 	}
 	m.drive(func(p *quorum.Proposer) { p.Step(resp) })
@@ -212,7 +217,7 @@ func (m *Mesh) acceptorReady(ard quorum.AcceptorReady, underProp bool) {
 			continue
 		}
 		m.incr("messages.sent", 1)
-		_ = m.tr.Send(addr, encodeNotify(n))
+		_ = m.tr.Send(string(n.To), addr, encodeNotify(n))
 	}
 	for i := range ard.CatchUps {
 		req := ard.CatchUps[i]
@@ -224,18 +229,21 @@ func (m *Mesh) acceptorReady(ard quorum.AcceptorReady, underProp bool) {
 		if err != nil {
 			continue
 		}
-		go m.catchUpCall(addr, body)
+		go m.catchUpCall(addr, req.To, body)
 	}
 }
 
-func (m *Mesh) catchUpCall(addr string, body []byte) {
+func (m *Mesh) catchUpCall(addr string, to quorum.NodeID, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
 	defer cancel()
-	reply, err := m.tr.Call(ctx, addr, body)
+	reply, err := m.tr.Call(ctx, string(to), addr, body)
 	if err != nil {
 		return
 	}
 	resp, err := m.lim.decodeCatchUpReply(reply)
+	if err == nil {
+		err = m.checkAnswer(to, addr, resp.From, resp.Inc)
+	}
 	if err != nil {
 		m.incr("rpc.malformed", 1)
 		m.countLimit(err)
@@ -259,28 +267,6 @@ func (m *Mesh) catchUpCall(addr string, body []byte) {
 	}
 	m.acceptorReady(ard, false)
 	m.kickTimer()
-}
-
-// limiter lets one log line per peer through per minute.
-type limiter struct {
-	mu   sync.Mutex
-	last map[string]time.Time
-}
-
-func (l *limiter) allow(peer string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.last == nil {
-		l.last = make(map[string]time.Time)
-	}
-	if t, ok := l.last[peer]; ok && time.Since(t) < time.Minute {
-		return false
-	}
-	if len(l.last) > 1024 {
-		clear(l.last)
-	}
-	l.last[peer] = time.Now()
-	return true
 }
 
 // handler answers the ballot transport.
@@ -335,10 +321,13 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	if string(req.From) != from {
 		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
 	}
+	if err := m.checkSender(req); err != nil {
+		return nil, err
+	}
 	m.accMu.Lock()
 	var resp *quorum.Response
 	var ard quorum.AcceptorReady
-	if m.acc == nil {
+	if m.acc == nil || m.notVoting() {
 		cur := m.current.Load()
 		if cur == nil {
 			m.accMu.Unlock()
@@ -371,7 +360,7 @@ func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
 	}
 	m.accMu.Lock()
 	var resp *quorum.CatchUpResponse
-	if m.acc == nil {
+	if m.acc == nil || m.notVoting() {
 		cur := m.current.Load()
 		if cur == nil {
 			m.accMu.Unlock()

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -14,8 +15,8 @@ import (
 )
 
 // Fuzz targets for every decoder of network input: the ballot messages
-// (wire.go), catch-up messages (go-msgpack, codec.go) and gossip metadata
-// (meta.go). The transport's frame decoder has its own, FuzzReadFrame.
+// (wire.go), catch-up messages (go-msgpack, codec.go), configuration
+// pushes and fetch replies (configwire.go) and gossip metadata (meta.go). The transport's frame decoder has its own, FuzzReadFrame.
 // Each target checks that no input panics, that a refusal wraps
 // errMalformed, that what is decoded is within the limits and no larger
 // than the input allows, that decoding allocates at most a small multiple
@@ -301,5 +302,89 @@ func TestSmallestEncodings(t *testing.T) {
 	e2, _ := encode(kindCatchUpReply, &quorum.CatchUpResponse{Entries: []quorum.Entry{{Key: "x"}}})
 	if d := len(e2) - len(e1); d < minEntryBytes {
 		t.Errorf("an entry with a one-byte key takes %d bytes, minEntryBytes is %d", d, minEntryBytes)
+	}
+}
+
+func sampleMemberships() []quorum.Membership {
+	first := quorum.NewMembership(quorum.ClusterID([]quorum.NodeID{"a", "b", "c"}), "a", "b", "c")
+	next := first.Next([]quorum.NodeID{"a", "b", "c", "d"}, true, 1<<40)
+	return []quorum.Membership{first, next}
+}
+
+// FuzzDecodeConfigPush drives the decoder of configuration pushes.
+func FuzzDecodeConfigPush(f *testing.F) {
+	for _, m := range sampleMemberships() {
+		b, err := encode(kindPush, &quorum.ConfigPush{From: "a", To: "d", Members: m})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		push, err := fuzzLimits.decodeConfigPush(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.decodeConfigPush(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		checkDecodedMembership(t, data, &push.Members)
+		b, err := encode(kindPush, push)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := fuzzLimits.decodeConfigPush(b)
+		if err != nil {
+			t.Fatalf("re-encoding gave a push that is refused: %v\n%+v", err, push)
+		}
+		if b2, _ := encode(kindPush, again); !bytes.Equal(b, b2) {
+			t.Fatalf("re-encoding changed the push:\n%+v\n%+v", push, again)
+		}
+	})
+}
+
+// FuzzDecodeConfigReply drives the decoder of answers to a configuration
+// fetch.
+func FuzzDecodeConfigReply(f *testing.F) {
+	for _, m := range sampleMemberships() {
+		b, err := encode(kindConfigReply, &m)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		vs, err := fuzzLimits.decodeConfigReply(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.decodeConfigReply(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		checkDecodedMembership(t, data, &vs)
+		b, err := encode(kindConfigReply, &vs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := fuzzLimits.decodeConfigReply(b)
+		if err != nil {
+			t.Fatalf("re-encoding gave a configuration that is refused: %v\n%+v", err, vs)
+		}
+		if b2, _ := encode(kindConfigReply, &again); !bytes.Equal(b, b2) {
+			t.Fatalf("re-encoding changed the configuration:\n%+v\n%+v", vs, again)
+		}
+	})
+}
+
+// checkDecodedMembership checks a configuration a decoder accepted: valid,
+// within the limits, no larger than the input.
+func checkDecodedMembership(t *testing.T, data []byte, m *quorum.Membership) {
+	t.Helper()
+	if err := m.Validate(); err != nil {
+		t.Fatalf("decoded an invalid configuration: %v", err)
+	}
+	if len(m.Voters) > maxVoters || len(m.Prev) > maxVoters || len(m.Joined) > maxVoters || len(m.Retired) > maxRetired {
+		t.Fatalf("decoded a configuration over the limits: %+v", m)
+	}
+	if n := len(m.Voters) + len(m.Prev) + len(m.Joined) + len(m.Retired); n > len(data) {
+		t.Fatalf("%d names decoded from %d bytes", n, len(data))
 	}
 }

@@ -19,12 +19,17 @@ import (
 type book struct {
 	mu    sync.Mutex
 	peers map[string]*peer
+	ids   identities // who is who: rebinds being vetted, name conflicts (identity.go)
 }
 
 type peer struct {
 	gossip string // gossip address
-	meta   nodeMeta
-	state  string // "alive", "dead" or "left"
+	// meta is what gossip last showed, except RPC and Inc: those are the
+	// node's binding, the ballot address and the process this node talks
+	// to by that name. Gossip sets them the first time; after that only
+	// rebind changes them, once the change is vetted (identity.go).
+	meta  nodeMeta
+	state string // "alive", "dead" or "left"
 }
 
 func (b *book) note(n *memberlist.Node, meta nodeMeta, state string) {
@@ -40,9 +45,42 @@ func (b *book) note(n *memberlist.Node, meta nodeMeta, state string) {
 	}
 	p.gossip = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	p.state = state
-	if meta.RPC != "" {
+	switch {
+	case meta.RPC == "":
+	case p.meta.RPC == "" || (p.meta.RPC == meta.RPC && p.meta.Inc == meta.Inc):
 		p.meta = meta
+	default:
+		// Another process or address than the one bound: the rest of
+		// the metadata is current, the binding stays until rebind.
+		rpc, inc := p.meta.RPC, p.meta.Inc
+		p.meta = meta
+		p.meta.RPC, p.meta.Inc = rpc, inc
 	}
+}
+
+// binding returns the ballot address and incarnation bound to name, and
+// what gossip last said of it.
+func (b *book) binding(name string) (rpc string, inc uint64, state string, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.peers[name]
+	if p == nil || p.meta.RPC == "" {
+		return "", 0, "", false
+	}
+	return p.meta.RPC, p.meta.Inc, p.state, true
+}
+
+// rebind moves name's binding from (oldRPC, oldInc) to (rpc, inc), unless
+// it moved meanwhile. It reports whether it did.
+func (b *book) rebind(name, oldRPC string, oldInc uint64, rpc string, inc uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.peers[name]
+	if p == nil || p.meta.RPC != oldRPC || p.meta.Inc != oldInc {
+		return false
+	}
+	p.meta.RPC, p.meta.Inc = rpc, inc
+	return true
 }
 
 func (b *book) rpcAddr(name string) (string, bool) {
@@ -93,6 +131,14 @@ func (g gossip) NodeMeta(limit int) []byte {
 	}
 	return b
 }
+
+// NotifyAlive is memberlist's AliveDelegate: it vets every alive message
+// before memberlist applies it (identity.go).
+func (g gossip) NotifyAlive(n *memberlist.Node) error { return g.m.checkAlive(n) }
+
+// NotifyConflict is memberlist's ConflictDelegate: two processes gossip
+// one name from two addresses (identity.go).
+func (g gossip) NotifyConflict(existing, other *memberlist.Node) { g.m.nameConflict(existing, other) }
 
 func (gossip) NotifyMsg([]byte)                           {}
 func (gossip) GetBroadcasts(overhead, limit int) [][]byte { return nil }

@@ -24,6 +24,7 @@ import (
 //	limit.inflight     MaxInflightPerConn replies left unread
 //	limit.queue        a connection's reply queue full (MaxQueuedBytes)
 //	limit.conns        MaxConnsPerPeer or MaxInboundConns reached
+//	limit.memory       MaxBytesInFlight full: a frame or reply refused
 //	limit.idle         a connection idle for IdleTimeout (normal; debug log)
 //	limit.ops          more than MaxOpsPerMessage operations or keys
 //	limit.key_length   a key longer than MaxKeyLength
@@ -89,6 +90,10 @@ func refusal(err error) (metric, why string) {
 		return "limit.queue", "the peer left its reply queue full"
 	case errors.Is(err, transport.ErrConnLimit):
 		return "limit.conns", "too many connections (MaxConnsPerPeer or MaxInboundConns)"
+	case errors.Is(err, transport.ErrBudget):
+		return "limit.memory", "no room left in MaxBytesInFlight (many large frames at once: a flood?)"
+	case errors.Is(err, transport.ErrIdentity) && errors.Is(err, transport.ErrUnreachable):
+		return "transport.refused.identity", "the listener's certificate does not name the node dialed (a poisoned address?)"
 	case errors.Is(err, transport.ErrIdentity):
 		return "transport.refused.identity", "the peer's hello names a node its certificate does not name"
 	case errors.As(err, &record):
@@ -147,7 +152,16 @@ func (m *Mesh) transportRefused(peer string, err error) {
 func (m *Mesh) callFailed(addr string, err error) {
 	var unknown x509.UnknownAuthorityError
 	var invalid x509.CertificateInvalidError
-	if !errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) {
+	var remote *transport.RemoteError
+	if errors.As(err, &remote) && strings.Contains(remote.Message, errWrongIncarnation.Error()) {
+		m.incr("rpc.refused_incarnation", 1)
+		if m.noisy.allow("refused incarnation " + hostOf(addr)) {
+			m.log.Warn("a peer refuses this process's ballots: it knows this node's name as another process (this node restarted moments ago, or another process uses its name)",
+				"peer", addr, "error", err)
+		}
+		return
+	}
+	if !errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity) {
 		m.log.Debug("ballot call failed", "peer", addr, "error", err)
 		return
 	}

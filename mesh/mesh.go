@@ -204,6 +204,9 @@ func (m *Mesh) startGossip() error {
 	}
 	mc.Delegate = gossip{m}
 	mc.Events = gossip{m}
+	mc.Alive = gossip{m}    // vets alive messages (identity.go)
+	mc.Conflict = gossip{m} // reports one name at two addresses
+	m.book.ids.pushPull = mc.PushPullInterval
 	if err := m.secureGossip(mc); err != nil { // key, label, logger
 		return err
 	}

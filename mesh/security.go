@@ -46,6 +46,9 @@ func (c *Config) validateSecurity() error {
 	if len(c.GossipLabel) > memberlist.LabelMaxSize {
 		return fmt.Errorf("%w: GossipLabel of %d bytes (limit %d)", ErrInvalidConfig, len(c.GossipLabel), memberlist.LabelMaxSize)
 	}
+	if c.MaxBytesInFlight < 0 || (c.MaxBytesInFlight > 0 && c.MaxBytesInFlight < max(c.MaxFrameSize, 1)) || c.MaxBytesInFlight > 1<<40 {
+		return fmt.Errorf("%w: MaxBytesInFlight %d outside [MaxFrameSize, 1 TiB]", ErrInvalidConfig, c.MaxBytesInFlight)
+	}
 	if c.MaxInflightPerConn < 0 || c.MaxConnsPerPeer < 0 || c.MaxInboundConns < 0 {
 		return fmt.Errorf("%w: negative connection limit", ErrInvalidConfig)
 	}
@@ -81,6 +84,7 @@ func (m *Mesh) secureTransport(tc *transport.TCPConfig) error {
 	set(&tc.MaxInflightPerConn, c.MaxInflightPerConn)
 	set(&tc.MaxConnsPerPeer, c.MaxConnsPerPeer)
 	set(&tc.MaxInboundConns, c.MaxInboundConns)
+	tc.MaxBytesInFlight = c.MaxBytesInFlight // zero: the transport's default, at least MaxFrameSize
 	setD := func(dst *time.Duration, v time.Duration) {
 		if v > 0 {
 			*dst = v
@@ -205,6 +209,9 @@ var (
 func (g gossipLog) Write(p []byte) (int, error) {
 	line := string(p)
 	switch {
+	case strings.Contains(line, "ignoring alive message for"):
+		// Refused by checkAlive, which logs (rate-limited) what matters.
+		return len(p), nil
 	case containsAny(line, gossipKeyPhrases):
 		g.m.incr("gossip.refused.key", 1)
 		if g.m.noisy.allow("gossip key") {

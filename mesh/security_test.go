@@ -474,11 +474,11 @@ type sentCall struct {
 	body []byte
 }
 
-func (r *wiretap) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+func (r *wiretap) Call(ctx context.Context, node, addr string, body []byte) ([]byte, error) {
 	r.mu.Lock()
 	r.sent = append(r.sent, sentCall{addr, bytes.Clone(body)})
 	r.mu.Unlock()
-	return r.Transport.Call(ctx, addr, body)
+	return r.Transport.Call(ctx, node, addr, body)
 }
 
 // A request recorded from a member's connection and replayed later, on a

@@ -25,6 +25,10 @@ type Status struct {
 	// Proposer and Acceptor count what the state machines did.
 	Proposer quorum.ProposerStats
 	Acceptor quorum.AcceptorStats
+
+	// Security is what this node saw of other processes using names, and
+	// of its limits (securitystatus.go).
+	Security SecurityStatus
 }
 
 // Member is one node as gossip sees it.
@@ -70,5 +74,6 @@ func (m *Mesh) Status() Status {
 		st.Proposer = m.prop.Stats()
 	}
 	m.propMu.Unlock()
+	st.Security = m.securityStatus()
 	return st
 }

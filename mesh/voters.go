@@ -261,18 +261,11 @@ func (m *Mesh) fetchConfig(ctx context.Context, peer string) (quorum.Membership,
 	if !ok {
 		return quorum.Membership{}, fmt.Errorf("%w: %q", ErrUnknownNode, peer)
 	}
-	reply, err := m.tr.Call(ctx, addr, []byte{kindConfigFetch})
+	reply, err := m.tr.Call(ctx, peer, addr, []byte{kindConfigFetch})
 	if err != nil {
 		return quorum.Membership{}, err
 	}
-	var vs quorum.Membership
-	if err := decode(reply, kindConfigReply, &vs); err != nil {
-		return quorum.Membership{}, err
-	}
-	if err := vs.Validate(); err != nil {
-		return quorum.Membership{}, fmt.Errorf("%w: %v", errMalformed, err)
-	}
-	return vs, nil
+	return m.lim.decodeConfigReply(reply)
 }
 
 // learnFrom fetches a peer's configuration, which gossip says is newer than
@@ -323,7 +316,7 @@ func (m *Mesh) sendPushes(pushes []quorum.ConfigPush) {
 			continue
 		}
 		m.incr("messages.sent", 1)
-		_ = m.tr.Send(addr, body)
+		_ = m.tr.Send(string(p.To), addr, body)
 	}
 }
 
@@ -358,12 +351,15 @@ func (m *Mesh) sendLists(lists []quorum.CatchUpRequest) {
 func (m *Mesh) listCall(addr string, to quorum.NodeID, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
 	defer cancel()
-	reply, err := m.tr.Call(ctx, addr, body)
+	reply, err := m.tr.Call(ctx, string(to), addr, body)
 	if err != nil {
 		return
 	}
 	resp, err := m.lim.decodeCatchUpReply(reply)
-	if err != nil || resp.From != to {
+	if err == nil {
+		err = m.checkAnswer(to, addr, resp.From, resp.Inc)
+	}
+	if err != nil {
 		m.incr("rpc.malformed", 1)
 		m.log.Warn("bad key listing", "peer", addr, "error", err)
 		return
@@ -373,10 +369,15 @@ func (m *Mesh) listCall(addr string, to quorum.NodeID, body []byte) {
 
 // handlePush adopts a configuration another node pushed.
 func (m *Mesh) handlePush(from string, body []byte) {
-	var push quorum.ConfigPush
-	if err := decode(body, kindPush, &push); err != nil || string(push.From) != from || push.Members.Validate() != nil {
+	push, err := m.lim.decodeConfigPush(body)
+	if err == nil && string(push.From) != from {
+		err = fmt.Errorf("%w: a push sent by %s in the name of %s", errMalformed, from, push.From)
+	}
+	if err != nil {
 		m.incr("rpc.malformed", 1)
-		m.log.Warn("ignoring a malformed configuration push", "peer", from, "error", err)
+		if m.noisy.allow("malformed push " + from) {
+			m.log.Warn("ignoring a malformed configuration push", "peer", from, "error", err)
+		}
 		return
 	}
 	m.learn(push.Members)

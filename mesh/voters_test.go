@@ -312,14 +312,14 @@ type failingCalls struct {
 	failed   atomic.Int64
 }
 
-func (f *failingCalls) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+func (f *failingCalls) Call(ctx context.Context, node, addr string, body []byte) ([]byte, error) {
 	f.inFlight.Add(1)
 	defer f.inFlight.Add(-1)
 	if f.fail.Load() {
 		f.failed.Add(1)
 		return nil, fmt.Errorf("%w: the test refuses calls", transport.ErrConnClosed)
 	}
-	return f.Transport.Call(ctx, addr, body)
+	return f.Transport.Call(ctx, node, addr, body)
 }
 
 // A node that starts knowing no voters asks a voter that gossip shows for

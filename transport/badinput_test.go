@@ -166,7 +166,7 @@ func TestTCPRefusesBadReplies(t *testing.T) {
 			addr := fakeListener(t, tc.respond)
 			log := newErrorLog()
 			client := newTCP(t, "client", echo, func(c *TCPConfig) { c.OnError = log.record })
-			_, err := client.Call(callCtx(t), addr, []byte("q"))
+			_, err := client.Call(callCtx(t), "", addr, []byte("q"))
 			if !wrapsAll(err, tc.want) {
 				t.Fatalf("err %v, want it to wrap %v", err, tc.want)
 			}
@@ -236,7 +236,7 @@ func TestTCPMatchesRepliesOutOfOrder(t *testing.T) {
 	for i := range calls {
 		go func() {
 			body := fmt.Sprintf("call %d", i)
-			reply, err := client.Call(callCtx(t), ln.Addr().String(), []byte(body))
+			reply, err := client.Call(callCtx(t), "", ln.Addr().String(), []byte(body))
 			if err == nil && string(reply) != "re "+body {
 				err = fmt.Errorf("call %q got reply %q", body, reply)
 			}

@@ -27,7 +27,7 @@ func BenchmarkTCPCall(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := client.Call(ctx, addr, body); err != nil {
+		if _, err := client.Call(ctx, "", addr, body); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,7 +45,7 @@ func BenchmarkTCPCallParallel(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
 				for pb.Next() {
-					if _, err := client.Call(ctx, addr, body); err != nil {
+					if _, err := client.Call(ctx, "", addr, body); err != nil {
 						b.Error(err)
 						return
 					}
@@ -74,7 +74,7 @@ func BenchmarkTCPQuorumRound(b *testing.B) {
 		replies := make(chan error, len(peers)) // the straggler must not block
 		for _, p := range peers {
 			go func() {
-				_, err := client.Call(ctx, p, body)
+				_, err := client.Call(ctx, "", p, body)
 				replies <- err
 			}()
 		}

@@ -27,9 +27,11 @@ const (
 	DefaultMaxInflight      = 256
 	DefaultMaxConnsPerPeer  = 16
 	DefaultMaxInboundConns  = 1024
+	DefaultMaxBytesInFlight = 64 << 20
 	maxConnsPerPeer         = 64
 	maxInflightLimit        = 1 << 20
 	maxInboundConnsLimit    = 1 << 20
+	maxBytesInFlightLimit   = 1 << 40
 )
 
 // TCPConfig configures a TCP transport. Start from DefaultTCPConfig or
@@ -134,6 +136,20 @@ type TCPConfig struct {
 	// DefaultMaxInboundConns (1024).
 	MaxInboundConns int
 
+	// MaxBytesInFlight bounds, in bytes, the frames this transport holds
+	// at once across all its connections: a request's or message's body from
+	// the moment its header is read until its handler returns, a reply
+	// queued on an accepted connection until it is written, and a reply
+	// read on a dialed connection until it is handed to its caller. A body
+	// that does not fit is not read (its sender is held back by TCP) until
+	// others are done; one that still does not fit when its FrameTimeout
+	// runs out, or a reply that does not fit when it is queued, closes its
+	// connection with ErrBudget. So a flood of connections pins at most this
+	// much, plus a read buffer per connection, instead of MaxInboundConns ×
+	// MaxFrameSize. Range MaxFrameSize to 2^40; zero means
+	// DefaultMaxBytesInFlight (64 MiB), or MaxFrameSize if that is larger.
+	MaxBytesInFlight int
+
 	// TLS, if set, makes both the listener and every dial use TLS with this
 	// configuration: Certificates serve as the server certificate and, if
 	// the peer asks, the client certificate; RootCAs verify peers' server
@@ -190,6 +206,7 @@ func DefaultTCPConfig() TCPConfig {
 		MaxInflightPerConn: DefaultMaxInflight,
 		MaxConnsPerPeer:    DefaultMaxConnsPerPeer,
 		MaxInboundConns:    DefaultMaxInboundConns,
+		MaxBytesInFlight:   DefaultMaxBytesInFlight,
 	}
 }
 
@@ -255,6 +272,9 @@ func (c *TCPConfig) Validate() error {
 	if c.MaxQueuedBytes < 0 || (c.MaxQueuedBytes != 0 && c.MaxQueuedBytes < maxFrame+lengthPrefixSize) {
 		return fmt.Errorf("%w: MaxQueuedBytes %d below MaxFrameSize+4 (%d)", ErrInvalidConfig, c.MaxQueuedBytes, maxFrame+lengthPrefixSize)
 	}
+	if c.MaxBytesInFlight != 0 && (c.MaxBytesInFlight < maxFrame || c.MaxBytesInFlight > maxBytesInFlightLimit) {
+		return fmt.Errorf("%w: MaxBytesInFlight %d outside [MaxFrameSize (%d), %d]", ErrInvalidConfig, c.MaxBytesInFlight, maxFrame, maxBytesInFlightLimit)
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -306,6 +326,9 @@ func (c TCPConfig) withDefaults() TCPConfig {
 	}
 	if c.MaxInboundConns == 0 {
 		c.MaxInboundConns = DefaultMaxInboundConns
+	}
+	if c.MaxBytesInFlight == 0 {
+		c.MaxBytesInFlight = max(DefaultMaxBytesInFlight, c.MaxFrameSize)
 	}
 	if c.TLS != nil {
 		c.TLS = c.TLS.Clone()

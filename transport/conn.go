@@ -37,6 +37,7 @@ type conn struct {
 	t        *TCP
 	outbound bool   // dialed by us (true) or accepted (false)
 	addr     string // dialed address, or remote address of an accepted conn
+	node     string // dialed side: the node expected at addr ("" for any)
 	// label names the peer in OnError reports. On an accepted connection
 	// the reader sets it to the peer's name after the hello, before the
 	// writer goroutine starts; nothing else writes it.
@@ -68,8 +69,12 @@ type conn struct {
 	// room; the writer then signals room after a write.
 	inflight      int
 	queuedReplies int
-	throttled     bool
-	room          chan struct{} // capacity 1
+	// queuedBudget is the part of MaxBytesInFlight held by the replies in
+	// queue; the writer takes it with the queue and gives it back once
+	// they are written.
+	queuedBudget int
+	throttled    bool
+	room         chan struct{} // capacity 1
 
 	// admitted is the peer name this accepted connection counts against in
 	// MaxConnsPerPeer; guarded by t.mu, not mu.
@@ -102,7 +107,11 @@ func newConn(t *TCP, outbound bool, addr string, nc net.Conn) *conn {
 // Otherwise id is used as given. It fails without queueing anything if the
 // connection has failed or retired (the caller may then use another
 // connection: nothing was sent) or if the queue is full.
-func (c *conn) enqueue(typ byte, id uint64, body []byte, cl *call) (uint64, error) {
+//
+// reserved is what body holds of MaxBytesInFlight (a reply's); the
+// connection gives it back once the frame is written or dropped, and the
+// caller if enqueue fails.
+func (c *conn) enqueue(typ byte, id uint64, body []byte, cl *call, reserved int) (uint64, error) {
 	size := lengthPrefixSize + frameHeaderSize + len(body)
 	c.mu.Lock()
 	switch {
@@ -129,6 +138,7 @@ func (c *conn) enqueue(typ byte, id uint64, body []byte, cl *call) (uint64, erro
 		c.queuedReplies++
 		c.inflight++
 	}
+	c.queuedBudget += reserved
 	c.mu.Unlock()
 	if c.outbound {
 		c.lastSend.Store(c.t.now())
@@ -163,12 +173,18 @@ func (c *conn) writeLoop() {
 		c.queue = spare[:0]
 		replies := c.queuedReplies
 		c.queuedReplies = 0
+		held := c.queuedBudget
+		c.queuedBudget = 0
 		c.mu.Unlock()
 		if len(buf) > 0 {
-			if err := c.write(buf); err != nil {
+			err := c.write(buf)
+			c.t.budget.release(held)
+			if err != nil {
 				c.abort(c.writeFailed(err), true)
 				return
 			}
+		} else {
+			c.t.budget.release(held)
 		}
 		if replies > 0 {
 			c.wrote(replies)
@@ -296,6 +312,18 @@ func (c *conn) nextFrame(br *bufio.Reader) (h frameHeader, armed bool, err error
 	return h, armed, nil
 }
 
+// reserveBody reserves n bytes of MaxBytesInFlight for the body of a frame
+// whose header was just read, waiting at most FrameTimeout. It reports
+// false, having failed the connection with ErrBudget, when none came.
+func (c *conn) reserveBody(n int) bool {
+	if c.t.budget.acquire(n, time.Now().Add(c.t.cfg.FrameTimeout), c.done) {
+		return true
+	}
+	c.abort(fmt.Errorf("%w: no room for a frame of %d bytes within %v (MaxBytesInFlight %d)",
+		ErrBudget, n, c.t.cfg.FrameTimeout, c.t.cfg.MaxBytesInFlight), true)
+	return false
+}
+
 func (c *conn) armFrameDeadline() error {
 	return c.nc.SetReadDeadline(time.Now().Add(c.t.cfg.FrameTimeout))
 }
@@ -393,8 +421,11 @@ func (c *conn) fail(reason error) bool {
 	pending := c.pending
 	c.pending = nil
 	c.queue = nil
+	held := c.queuedBudget
+	c.queuedBudget = 0
 	nc := c.nc
 	c.mu.Unlock()
+	c.t.budget.release(held)
 
 	close(c.done)
 	if nc != nil {

@@ -19,8 +19,12 @@
 //	t, err := transport.NewTCP(cfg)
 //	if err != nil { ... }
 //	defer t.Close()
-//	reply, err := t.Call(ctx, peerAddr, body) // waits for the reply or ctx
-//	err = t.Send(peerAddr, notice)            // queues and returns
+//	reply, err := t.Call(ctx, "node-2", peerAddr, body) // waits for the reply or ctx
+//	err = t.Send("node-2", peerAddr, notice)            // queues and returns
+//
+// The node name says who is expected at the address: with TLS the
+// listener's certificate must name it (as a dialer's must name the node in
+// its hello), so a reply comes from that node and no other.
 //
 // Network and MemTransport are an in-memory implementation for tests of
 // code built on Transport, with reproducible fault injection: partitions,
@@ -70,7 +74,12 @@
 //     connection is not read until the writer catches up, and MaxQueuedBytes
 //     (ErrInflightLimit, ErrQueueFull);
 //   - connections: MaxInboundConns in all and MaxConnsPerPeer per node name
-//     (ErrConnLimit).
+//     (ErrConnLimit);
+//   - the bytes of frames held at once over all connections (bodies being
+//     read or handled, replies not yet written): MaxBytesInFlight, so that
+//     a flood of connections in names of their own (a hello only claims a
+//     name without TLS) pins that much, not MaxInboundConns × MaxFrameSize
+//     (ErrBudget).
 //
 // # Wire format
 //
@@ -116,5 +125,9 @@
 // hello must be one the certificate vouches for — by default one of its DNS
 // subject alternative names, or whatever TCPConfig.VerifyPeerName decides —
 // or the connection is closed with ErrIdentity: the "from" a Handler sees is
-// then authenticated. Without client certificates it is only a claim.
+// then authenticated. Without client certificates it is only a claim. The
+// other way round, a connection dialed to a node is used only if the
+// listener's certificate vouches for that node by the same rule (the
+// handshake fails with ErrIdentity otherwise): a member whose address was
+// handed out as another member's cannot answer in that one's name.
 package transport

@@ -63,8 +63,10 @@ var (
 	ErrQueueFull = errors.New("transport: send queue full")
 
 	// ErrIdentity means a TLS peer's hello named a node its certificate does
-	// not vouch for (see TCPConfig.VerifyPeerName). It is reported to
-	// OnError together with ErrHandshake, and the connection is closed.
+	// not vouch for (see TCPConfig.VerifyPeerName), reported to OnError
+	// together with ErrHandshake, the connection closed; or that a listener
+	// dialed as one node presented a certificate that does not vouch for
+	// it, returned by Call (with ErrUnreachable: nothing was sent).
 	ErrIdentity = errors.New("transport: peer name does not match its certificate")
 
 	// ErrSlowFrame means a frame had begun to arrive but did not arrive whole
@@ -95,6 +97,12 @@ var (
 	// read (a peer that went away, or a connection stuck in TCP's
 	// retransmission backoff after a partition); the next call dials anew.
 	ErrUnresponsive = errors.New("transport: peer stopped answering")
+
+	// ErrBudget means a frame did not fit in MaxBytesInFlight: a frame
+	// being received still found no room when its FrameTimeout ran out, or
+	// a reply found none when it was queued. Its connection is closed and
+	// OnError told.
+	ErrBudget = errors.New("transport: bytes in flight over budget")
 )
 
 // RemoteError is returned by Call when the peer's handler returned an error

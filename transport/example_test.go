@@ -35,7 +35,7 @@ func ExampleNewTCP() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	reply, err := a.Call(ctx, b.Addr(), []byte("ballot 7"))
+	reply, err := a.Call(ctx, "", b.Addr(), []byte("ballot 7"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -50,17 +50,17 @@ func ExampleNetwork() {
 	defer a.Close()
 	defer b.Close()
 
-	reply, err := a.Call(context.Background(), "b", []byte("ballot 7"))
+	reply, err := a.Call(context.Background(), "", "b", []byte("ballot 7"))
 	fmt.Println(string(reply), err)
 
 	net.Partition([]string{"a"}, []string{"b"})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	_, err = a.Call(ctx, "b", []byte("ballot 8"))
+	_, err = a.Call(ctx, "", "b", []byte("ballot 8"))
 	fmt.Println(err)
 
 	net.Heal()
-	reply, err = a.Call(context.Background(), "b", []byte("ballot 9"))
+	reply, err = a.Call(context.Background(), "", "b", []byte("ballot 9"))
 	fmt.Println(string(reply), err)
 	// Output:
 	// promise to a for ballot 7 <nil>

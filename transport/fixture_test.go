@@ -153,7 +153,7 @@ func callCtx(t testing.TB) context.Context {
 // mustCall makes a call that must succeed and returns the reply.
 func mustCall(t testing.TB, tr Transport, addr string, body []byte) []byte {
 	t.Helper()
-	reply, err := tr.Call(callCtx(t), addr, body)
+	reply, err := tr.Call(callCtx(t), "", addr, body)
 	if err != nil {
 		t.Fatalf("Call(%s, %q): %v", addr, body, err)
 	}

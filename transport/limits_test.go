@@ -146,7 +146,7 @@ func TestTCPSlowReplyIsCutOff(t *testing.T) {
 		c.FrameTimeout = 200 * time.Millisecond
 		c.OnError = log.record
 	})
-	_, err = client.Call(callCtx(t), addr, []byte("q"))
+	_, err = client.Call(callCtx(t), "", addr, []byte("q"))
 	if !errors.Is(err, ErrConnClosed) {
 		t.Fatalf("err %v, want ErrConnClosed", err)
 	}
@@ -177,7 +177,7 @@ func TestTCPInflightLimit(t *testing.T) {
 		for range 8 {
 			wg.Go(func() {
 				for range 10 {
-					if _, err := client.Call(callCtx(t), server.Addr(), []byte("big")); err != nil {
+					if _, err := client.Call(callCtx(t), "", server.Addr(), []byte("big")); err != nil {
 						errs <- err
 						return
 					}

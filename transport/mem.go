@@ -54,16 +54,18 @@ type memFrame struct {
 func (m *MemTransport) Addr() string { return m.name }
 
 // Call implements Transport.Call. Calling a name that is not listening
-// fails at once with ErrUnreachable, like a refused connection. A request
-// or reply lost to a fault leaves Call waiting until ctx ends. A handler
-// that rejects the peer makes Call fail with ErrConnClosed.
-func (m *MemTransport) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+// fails at once with ErrUnreachable, like a refused connection, and so does
+// calling node at an address (a name here) that is another node's, with
+// ErrIdentity too. A request or reply lost to a fault leaves Call waiting
+// until ctx ends. A handler that rejects the peer makes Call fail with
+// ErrConnClosed.
+func (m *MemTransport) Call(ctx context.Context, node, addr string, body []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	dst := m.net.lookup(addr)
-	if dst == nil {
-		return nil, fmt.Errorf("%w: %s: no node listening", ErrUnreachable, addr)
+	dst, err := m.net.lookupNode(node, addr)
+	if err != nil {
+		return nil, err
 	}
 	ch := make(chan result, 1)
 	m.mu.Lock()
@@ -90,13 +92,13 @@ func (m *MemTransport) Call(ctx context.Context, addr string, body []byte) ([]by
 
 // Send implements Transport.Send. Unlike TCP it knows at once whether
 // anybody listens at addr, and reports ErrUnreachable if not.
-func (m *MemTransport) Send(addr string, body []byte) error {
+func (m *MemTransport) Send(node, addr string, body []byte) error {
 	if m.isClosed() {
 		return ErrClosed
 	}
-	dst := m.net.lookup(addr)
-	if dst == nil {
-		return fmt.Errorf("%w: %s: no node listening", ErrUnreachable, addr)
+	dst, err := m.net.lookupNode(node, addr)
+	if err != nil {
+		return err
 	}
 	m.transmit(dst, memFrame{typ: frameMessage, from: m.name, body: clone(body)})
 	return nil

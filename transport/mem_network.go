@@ -181,6 +181,20 @@ func (n *Network) lookup(name string) *MemTransport {
 	return nil
 }
 
+// lookupNode returns the open node at addr, which must be node unless node
+// is empty: names are addresses here, so asking for one node at another's
+// address is a caller's mix-up that TCP with TLS would refuse too.
+func (n *Network) lookupNode(node, addr string) (*MemTransport, error) {
+	dst := n.lookup(addr)
+	switch {
+	case dst == nil:
+		return nil, fmt.Errorf("%w: %s: no node listening", ErrUnreachable, addr)
+	case node != "" && node != dst.name:
+		return nil, fmt.Errorf("%w: %w: %s is %q, not %q", ErrUnreachable, ErrIdentity, addr, dst.name, node)
+	}
+	return dst, nil
+}
+
 func (n *Network) count(delivered bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()

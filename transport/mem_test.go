@@ -48,7 +48,7 @@ func expectLost(t *testing.T, from Transport, to string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
-	if reply, err := from.Call(ctx, to, []byte("ping")); !errors.Is(err, context.DeadlineExceeded) {
+	if reply, err := from.Call(ctx, "", to, []byte("ping")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("call %s → %s: reply %q, err %v; want it lost (deadline exceeded)", from.Addr(), to, reply, err)
 	}
 }
@@ -86,22 +86,22 @@ func TestMemRoundTrip(t *testing.T) {
 	if reply := mustCall(t, a, "b", []byte("hi")); string(reply) != "b got hi from a" {
 		t.Fatalf("reply %q", reply)
 	}
-	if err := a.Send("b", []byte("note")); err != nil {
+	if err := a.Send("", "b", []byte("note")); err != nil {
 		t.Fatal(err)
 	}
 	expectMessage(t, b, "a:note")
 
 	var re *RemoteError
-	if _, err := a.Call(callCtx(t), "b", []byte("fail")); !errors.As(err, &re) || re.Message != "no such ballot" || re.Addr != "b" {
+	if _, err := a.Call(callCtx(t), "", "b", []byte("fail")); !errors.As(err, &re) || re.Message != "no such ballot" || re.Addr != "b" {
 		t.Fatalf("err %v, want RemoteError from b", err)
 	}
-	if _, err := a.Call(callCtx(t), "b", []byte("reject")); !errors.Is(err, ErrConnClosed) {
+	if _, err := a.Call(callCtx(t), "", "b", []byte("reject")); !errors.Is(err, ErrConnClosed) {
 		t.Fatalf("err %v, want ErrConnClosed", err)
 	}
-	if _, err := a.Call(callCtx(t), "nobody", nil); !errors.Is(err, ErrUnreachable) {
+	if _, err := a.Call(callCtx(t), "", "nobody", nil); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("call to an unknown node: err %v, want ErrUnreachable", err)
 	}
-	if err := a.Send("nobody", nil); !errors.Is(err, ErrUnreachable) {
+	if err := a.Send("", "nobody", nil); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("send to an unknown node: err %v, want ErrUnreachable", err)
 	}
 	if _, err := n.Listen("a", echo); err == nil {
@@ -129,7 +129,7 @@ func TestMemCloseAndRestart(t *testing.T) {
 	// A call pending on a transport that closes fails with ErrClosed.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.Call(context.Background(), "b", []byte("slow"))
+		_, err := a.Call(context.Background(), "", "b", []byte("slow"))
 		errc <- err
 	}()
 	<-entered
@@ -139,10 +139,10 @@ func TestMemCloseAndRestart(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrClosed) {
 		t.Fatalf("pending call: err %v, want ErrClosed", err)
 	}
-	if _, err := a.Call(callCtx(t), "b", nil); !errors.Is(err, ErrClosed) {
+	if _, err := a.Call(callCtx(t), "", "b", nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("call on a closed transport: err %v, want ErrClosed", err)
 	}
-	if err := a.Send("b", nil); !errors.Is(err, ErrClosed) {
+	if err := a.Send("", "b", nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("send on a closed transport: err %v, want ErrClosed", err)
 	}
 	close(release)
@@ -156,7 +156,7 @@ func TestMemCloseAndRestart(t *testing.T) {
 	// A closed node is refused like a port nobody listens on; its name
 	// can be listened on again.
 	c := listenMem(t, n, "c")
-	if _, err := c.Call(callCtx(t), "b", nil); !errors.Is(err, ErrUnreachable) {
+	if _, err := c.Call(callCtx(t), "", "b", nil); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("call to a closed node: err %v, want ErrUnreachable", err)
 	}
 	listenMem(t, n, "b")
@@ -205,17 +205,17 @@ func TestMemCut(t *testing.T) {
 	if a.requests.Load() != 1 {
 		t.Fatalf("a handled %d requests, want 1", a.requests.Load())
 	}
-	if err := b.Send("a", []byte("up")); err != nil {
+	if err := b.Send("", "a", []byte("up")); err != nil {
 		t.Fatal(err)
 	}
 	expectMessage(t, a, "b:up")
-	if err := a.Send("b", []byte("down")); err != nil {
+	if err := a.Send("", "b", []byte("down")); err != nil {
 		t.Fatal(err)
 	}
 
 	n.Heal()
 	mustCall(t, a, "b", []byte("x"))
-	if err := a.Send("b", []byte("healed")); err != nil {
+	if err := a.Send("", "b", []byte("healed")); err != nil {
 		t.Fatal(err)
 	}
 	expectMessage(t, b, "a:healed") // "down" was lost, not delayed
@@ -232,7 +232,7 @@ func TestMemDrops(t *testing.T) {
 	n.SetDropRate(0.5)
 	const sends = 1000
 	for i := range sends {
-		if err := a.Send("b", fmt.Appendf(nil, "%d", i)); err != nil {
+		if err := a.Send("", "b", fmt.Appendf(nil, "%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +257,7 @@ func TestMemDropsAreReproducible(t *testing.T) {
 		a := listenMem(t, n, "a")
 		b := listenMem(t, n, "b")
 		for i := range 100 {
-			if err := a.Send("b", fmt.Appendf(nil, "%02d", i)); err != nil {
+			if err := a.Send("", "b", fmt.Appendf(nil, "%02d", i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -290,7 +290,7 @@ func TestMemDelayAndReorder(t *testing.T) {
 	n.SetDelay(0, 5*time.Millisecond)
 	const sends = 50
 	for i := range sends {
-		if err := a.Send("b", fmt.Appendf(nil, "%02d", i)); err != nil {
+		if err := a.Send("", "b", fmt.Appendf(nil, "%02d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -315,7 +315,7 @@ func TestMemDelayAndReorder(t *testing.T) {
 
 	// Closing a node loses the frames still in flight to it.
 	n.SetDelay(time.Hour, time.Hour)
-	if err := a.Send("b", []byte("never")); err != nil {
+	if err := a.Send("", "b", []byte("never")); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Close(); err != nil {
@@ -332,7 +332,7 @@ func TestMemDuplicates(t *testing.T) {
 	a, b := listenMem(t, n, "a"), listenMem(t, n, "b")
 	n.SetDuplicateRate(1)
 
-	if err := a.Send("b", []byte("twice")); err != nil {
+	if err := a.Send("", "b", []byte("twice")); err != nil {
 		t.Fatal(err)
 	}
 	expectMessage(t, b, "a:twice")
@@ -358,7 +358,7 @@ func TestMemConcurrentCalls(t *testing.T) {
 			wg.Go(func() {
 				for i := range 50 {
 					body := fmt.Sprintf("%d", i)
-					reply, err := from.Call(context.Background(), to.Addr(), []byte(body))
+					reply, err := from.Call(context.Background(), "", to.Addr(), []byte(body))
 					if want := to.Addr() + " got " + body + " from " + from.Addr(); err != nil || string(reply) != want {
 						t.Errorf("reply %q, err %v; want %q", reply, err, want)
 						return

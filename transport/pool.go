@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +12,12 @@ import (
 	"time"
 )
 
-// peerConns holds the dialed connections to one peer address. A slot holds
+// peerKey names a pool of dialed connections: the node expected at an
+// address, and the address. Connections dialed for one node are never used
+// for another, even at the same address: each was checked for its node.
+type peerKey struct{ node, addr string }
+
+// peerConns holds the dialed connections to one node at one address. A slot holds
 // the connection new frames go to; a failed or retired connection in a slot
 // is replaced lazily by the next frame for that slot.
 type peerConns struct {
@@ -23,13 +29,14 @@ type peerConns struct {
 // needed. If the chosen connection turns out to have failed (or retired)
 // before the frame was queued, nothing was sent, so it tries once more on a
 // fresh connection.
-func (t *TCP) enqueue(addr string, typ byte, body []byte, cl *call) (*conn, uint64, error) {
+func (t *TCP) enqueue(node, addr string, typ byte, body []byte, cl *call) (*conn, uint64, error) {
+	key := peerKey{node, addr}
 	for attempt := 0; ; attempt++ {
-		c, err := t.getConn(addr)
+		c, err := t.getConn(key)
 		if err != nil {
 			return nil, 0, err
 		}
-		id, err := c.enqueue(typ, 0, body, cl)
+		id, err := c.enqueue(typ, 0, body, cl, 0)
 		if err == nil {
 			return c, id, nil
 		}
@@ -44,18 +51,18 @@ func (t *TCP) enqueue(addr string, typ byte, body []byte, cl *call) (*conn, uint
 	}
 }
 
-// getConn returns a usable dialed connection to addr, starting a new one
+// getConn returns a usable dialed connection to key, starting a new one
 // if the slot's connection is missing, failed or idle for too long. The
 // common case takes only a read lock and two atomic loads.
-func (t *TCP) getConn(addr string) (*conn, error) {
+func (t *TCP) getConn(key peerKey) (*conn, error) {
 	t.mu.RLock()
-	p, closed := t.peers[addr], t.closed
+	p, closed := t.peers[key], t.closed
 	t.mu.RUnlock()
 	if closed {
 		return nil, ErrClosed
 	}
 	if p == nil {
-		p = t.addPeer(addr)
+		p = t.addPeer(key)
 	}
 	slot := &p.slots[0]
 	if n := uint32(len(p.slots)); n > 1 {
@@ -65,16 +72,16 @@ func (t *TCP) getConn(addr string) (*conn, error) {
 	if c := slot.Load(); c != nil && c.usable(now) {
 		return c, nil
 	}
-	return t.replaceConn(slot, addr, now)
+	return t.replaceConn(slot, key, now)
 }
 
-func (t *TCP) addPeer(addr string) *peerConns {
+func (t *TCP) addPeer(key peerKey) *peerConns {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	p := t.peers[addr]
+	p := t.peers[key]
 	if p == nil {
 		p = &peerConns{slots: make([]atomic.Pointer[conn], t.cfg.ConnsPerPeer)}
-		t.peers[addr] = p
+		t.peers[key] = p
 	}
 	return p
 }
@@ -82,7 +89,7 @@ func (t *TCP) addPeer(addr string) *peerConns {
 // replaceConn puts a new connection in slot unless another goroutine did
 // so first. An idle predecessor is retired rather than closed: a call may
 // still be waiting on it.
-func (t *TCP) replaceConn(slot *atomic.Pointer[conn], addr string, now int64) (*conn, error) {
+func (t *TCP) replaceConn(slot *atomic.Pointer[conn], key peerKey, now int64) (*conn, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -97,7 +104,8 @@ func (t *TCP) replaceConn(slot *atomic.Pointer[conn], addr string, now int64) (*
 			old.retire()
 		}
 	}
-	c := newConn(t, true, addr, nil)
+	c := newConn(t, true, key.addr, nil)
+	c.node = key.node
 	c.queue = appendFrame(c.queue, frameHello, 0, t.hello)
 	c.signal() // the queue is not empty: frames queued next will not signal
 	c.lastSend.Store(now)
@@ -114,7 +122,7 @@ func (t *TCP) replaceConn(slot *atomic.Pointer[conn], addr string, now int64) (*
 // the first write.
 func (c *conn) dialAndServe() {
 	defer c.t.wg.Done()
-	nc, err := c.t.dial(c.addr)
+	nc, err := c.t.dial(c.node, c.addr)
 	if err != nil {
 		c.t.dialFailures.Add(1)
 		c.fail(fmt.Errorf("%w: %s: %w", ErrUnreachable, c.addr, err))
@@ -134,8 +142,13 @@ func (c *conn) dialAndServe() {
 	c.writeLoop()
 }
 
-// dial opens a connection within DialTimeout (TLS handshake included).
-func (t *TCP) dial(addr string) (net.Conn, error) {
+// dial opens a connection to node at addr within DialTimeout (TLS
+// handshake included). With TLS the listener's certificate must vouch for
+// node (unless node is empty), as a dialer's must for the name in its
+// hello: otherwise anyone holding a certificate of the mesh's CA who gets
+// itself dialed (by poisoning an address book, say) could answer in any
+// node's name.
+func (t *TCP) dial(node, addr string) (net.Conn, error) {
 	t.dials.Add(1)
 	ctx, cancel := context.WithTimeout(t.dialCtx, t.cfg.DialTimeout)
 	defer cancel()
@@ -150,12 +163,16 @@ func (t *TCP) dial(addr string) (net.Conn, error) {
 	}
 	cfg := t.cfg.TLS
 	if cfg.ServerName == "" {
-		// Verify the peer's certificate against the host we dialed, as
-		// tls.Dial does.
+		// Verify the peer's certificate against the node we dial (its
+		// name is a DNS SAN of its certificate), or failing a node,
+		// against the host we dialed, as tls.Dial does.
 		host, _, err := net.SplitHostPort(addr)
 		if err != nil {
 			_ = nc.Close()
 			return nil, err
+		}
+		if node != "" {
+			host = node
 		}
 		cfg = cfg.Clone()
 		cfg.ServerName = host
@@ -163,9 +180,37 @@ func (t *TCP) dial(addr string) (net.Conn, error) {
 	tc := tls.Client(nc, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = nc.Close()
+		var wrongHost x509.HostnameError
+		if node != "" && errors.As(err, &wrongHost) {
+			// crypto/tls checked the certificate against node itself.
+			return nil, fmt.Errorf("%w: tls handshake: dialed %q: %w", ErrIdentity, node, err)
+		}
 		return nil, fmt.Errorf("tls handshake: %w", err)
 	}
+	if node != "" {
+		if err := t.verifyListener(node, tc); err != nil {
+			_ = nc.Close()
+			return nil, err
+		}
+	}
 	return tc, nil
+}
+
+// verifyListener checks that the certificate a listener presented vouches
+// for node, by the rule the listener applies to dialers' hellos.
+func (t *TCP) verifyListener(node string, tc *tls.Conn) error {
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return fmt.Errorf("%w: the listener presented no certificate, %q expected", ErrIdentity, node)
+	}
+	verify := t.cfg.VerifyPeerName
+	if verify == nil {
+		verify = verifyPeerNameBySAN
+	}
+	if err := verify(node, certs[0]); err != nil {
+		return fmt.Errorf("%w: dialed %q, the listener's certificate does not name it: %w", ErrIdentity, node, err)
+	}
+	return nil
 }
 
 // disarmFrameDeadline removes the frame deadline of a dialed connection,
@@ -220,8 +265,13 @@ func (c *conn) readReplies() {
 			}
 			continue
 		}
+		if !c.reserveBody(h.bodyLen) {
+			cl.ch <- result{err: fmt.Errorf("%w: %s: no room for the reply: %w", ErrConnClosed, c.addr, ErrBudget)}
+			return
+		}
 		body, err := readBody(br, h.bodyLen)
 		if err != nil {
+			c.t.budget.release(h.bodyLen)
 			cl.ch <- result{err: fmt.Errorf("%w: %s: reading reply: %w", ErrConnClosed, c.addr, err)}
 			c.readFailed(err, false, framed)
 			return
@@ -231,6 +281,7 @@ func (c *conn) readReplies() {
 		} else {
 			cl.ch <- result{body: body}
 		}
+		c.t.budget.release(h.bodyLen) // handed to its caller
 		if drained {
 			c.signal()
 		}

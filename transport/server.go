@@ -113,6 +113,9 @@ func (c *conn) serve() {
 			c.readFailed(err, true, framed)
 			return
 		}
+		if (h.typ == frameRequest || h.typ == frameMessage) && !c.reserveBody(h.bodyLen) {
+			return
+		}
 		switch h.typ {
 		case frameRequest:
 			if !c.handleRequest(br, h, framed) {
@@ -121,10 +124,12 @@ func (c *conn) serve() {
 		case frameMessage:
 			body, err := readBody(br, h.bodyLen)
 			if err != nil {
+				c.t.budget.release(h.bodyLen)
 				c.readFailed(err, true, framed)
 				return
 			}
 			c.t.cfg.Handler.HandleMessage(name, body)
+			c.t.budget.release(h.bodyLen)
 		default:
 			c.abort(fmt.Errorf("%w: frame type %d from a dialer", ErrMalformedFrame, h.typ), true)
 			return
@@ -205,15 +210,18 @@ func verifyPeerNameBySAN(name string, cert *x509.Certificate) error {
 	return fmt.Errorf("the certificate's DNS names are %q", cert.DNSNames)
 }
 
-// handleRequest runs the handler for one request and queues its answer.
-// It reports false if the connection was closed.
+// handleRequest runs the handler for one request, whose body has its room
+// in MaxBytesInFlight reserved, and queues its answer. It reports false if
+// the connection was closed.
 func (c *conn) handleRequest(br *bufio.Reader, h frameHeader, framed bool) bool {
 	body, err := readBody(br, h.bodyLen)
 	if err != nil {
+		c.t.budget.release(h.bodyLen)
 		c.readFailed(err, true, framed)
 		return false
 	}
 	reply, herr := c.t.cfg.Handler.HandleRequest(c.label, body)
+	c.t.budget.release(h.bodyLen)
 	typ := frameReply
 	switch {
 	case errors.Is(herr, ErrRejectPeer):
@@ -226,9 +234,14 @@ func (c *conn) handleRequest(br *bufio.Reader, h frameHeader, framed bool) bool 
 		c.t.report(c.label, err)
 		typ, reply = frameError, errorBody(err, c.t.maxBody)
 	}
-	if _, err := c.enqueue(typ, h.id, reply, nil); err != nil {
+	if !c.t.budget.tryAcquire(len(reply)) {
+		c.abort(fmt.Errorf("%w: no room for a reply of %d bytes (MaxBytesInFlight %d)", ErrBudget, len(reply), c.t.cfg.MaxBytesInFlight), true)
+		return false
+	}
+	if _, err := c.enqueue(typ, h.id, reply, nil, len(reply)); err != nil {
 		// The peer does not read its replies (queue full) or the
 		// connection just failed; either way it is done.
+		c.t.budget.release(len(reply))
 		c.abort(err, true)
 		return false
 	}

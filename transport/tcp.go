@@ -22,6 +22,7 @@ type TCP struct {
 	ln          net.Listener
 	addr        string
 	start       time.Time // monotonic origin for now()
+	budget      *budget   // MaxBytesInFlight
 
 	// dialCtx ends in-progress dials when the transport closes.
 	dialCtx    context.Context
@@ -30,10 +31,10 @@ type TCP struct {
 
 	mu      sync.RWMutex
 	closed  bool
-	peers   map[string]*peerConns // dialed connections by address
-	conns   map[*conn]struct{}    // every live connection, for Close
-	inbound int                   // accepted connections in conns (MaxInboundConns)
-	byName  map[string]int        // admitted accepted connections per peer name (MaxConnsPerPeer)
+	peers   map[peerKey]*peerConns // dialed connections by node and address
+	conns   map[*conn]struct{}     // every live connection, for Close
+	inbound int                    // accepted connections in conns (MaxInboundConns)
+	byName  map[string]int         // admitted accepted connections per peer name (MaxConnsPerPeer)
 
 	// wg counts every goroutine the transport starts. Add is only called
 	// with mu held and closed false, or by a goroutine already counted, so
@@ -52,6 +53,11 @@ type TCPStats struct {
 	Dials         uint64 // connection attempts made so far
 	DialFailures  uint64 // attempts that failed to connect
 	Rejected      uint64 // connections closed for bad input, a limit, or by the handler
+	// BytesInFlight is what the frames held now take of MaxBytesInFlight,
+	// PeakBytesInFlight the most they ever took, and BudgetRefusals the
+	// frames refused for want of room (see ErrBudget).
+	BytesInFlight, PeakBytesInFlight int64
+	BudgetRefusals                   uint64
 }
 
 // NewTCP validates cfg, starts listening on cfg.BindAddr and returns the
@@ -73,8 +79,9 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		ln:          ln,
 		addr:        ln.Addr().String(),
 		start:       time.Now(),
+		budget:      newBudget(cfg.MaxBytesInFlight),
 		done:        make(chan struct{}),
-		peers:       make(map[string]*peerConns),
+		peers:       make(map[peerKey]*peerConns),
 		conns:       make(map[*conn]struct{}),
 		byName:      make(map[string]int),
 	}
@@ -92,7 +99,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 func (t *TCP) Addr() string { return t.addr }
 
 // Call implements Transport.Call.
-func (t *TCP) Call(ctx context.Context, addr string, body []byte) ([]byte, error) {
+func (t *TCP) Call(ctx context.Context, node, addr string, body []byte) ([]byte, error) {
 	if len(body) > t.maxBody {
 		return nil, fmt.Errorf("%w: body of %d bytes, limit %d", ErrFrameTooLarge, len(body), t.maxBody)
 	}
@@ -101,7 +108,7 @@ func (t *TCP) Call(ctx context.Context, addr string, body []byte) ([]byte, error
 	}
 	cl := callPool.Get().(*call)
 	sentAt := t.now()
-	c, id, err := t.enqueue(addr, frameRequest, body, cl)
+	c, id, err := t.enqueue(node, addr, frameRequest, body, cl)
 	if err != nil {
 		callPool.Put(cl)
 		return nil, err
@@ -124,11 +131,11 @@ func (t *TCP) Call(ctx context.Context, addr string, body []byte) ([]byte, error
 // Send implements Transport.Send. It never waits for a connection to be
 // made: frames queue on a connection that is still dialing and are lost if
 // the dial fails.
-func (t *TCP) Send(addr string, body []byte) error {
+func (t *TCP) Send(node, addr string, body []byte) error {
 	if len(body) > t.maxBody {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrFrameTooLarge, len(body), t.maxBody)
 	}
-	_, _, err := t.enqueue(addr, frameMessage, body, nil)
+	_, _, err := t.enqueue(node, addr, frameMessage, body, nil)
 	return err
 }
 
@@ -163,6 +170,10 @@ func (t *TCP) Stats() TCPStats {
 		Dials:        t.dials.Load(),
 		DialFailures: t.dialFailures.Load(),
 		Rejected:     t.rejected.Load(),
+
+		BytesInFlight:     t.budget.inUse(),
+		PeakBytesInFlight: t.budget.peak.Load(),
+		BudgetRefusals:    t.budget.refused.Load(),
 	}
 	t.mu.RLock()
 	for c := range t.conns {
@@ -236,7 +247,7 @@ func (t *TCP) report(peer string, err error) {
 	if errors.Is(err, ErrMalformedFrame) || errors.Is(err, ErrFrameTooLarge) ||
 		errors.Is(err, ErrHandshake) || errors.Is(err, ErrRejectPeer) ||
 		errors.Is(err, ErrSlowFrame) || errors.Is(err, ErrInflightLimit) ||
-		errors.Is(err, ErrConnLimit) {
+		errors.Is(err, ErrConnLimit) || errors.Is(err, ErrBudget) {
 		t.rejected.Add(1)
 	}
 	if t.cfg.OnError != nil {

@@ -49,7 +49,7 @@ func TestTCPConcurrentCallsShareOneConnection(t *testing.T) {
 		wg.Go(func() {
 			for i := range perWorker {
 				body := fmt.Appendf(nil, "worker %d call %d", w, i)
-				reply, err := client.Call(context.Background(), server.Addr(), body)
+				reply, err := client.Call(context.Background(), "", server.Addr(), body)
 				if err != nil {
 					errs <- err
 					return
@@ -96,7 +96,7 @@ func TestTCPSend(t *testing.T) {
 	client := newTCP(t, "client", echo, nil)
 
 	for i := range n {
-		if err := client.Send(server.Addr(), fmt.Appendf(nil, "m%d", i)); err != nil {
+		if err := client.Send("", server.Addr(), fmt.Appendf(nil, "m%d", i)); err != nil {
 			t.Fatalf("Send: %v", err)
 		}
 	}
@@ -128,10 +128,10 @@ func TestTCPFrameSizeLimit(t *testing.T) {
 		t.Fatalf("a body of exactly the maximum (%d bytes) did not round-trip", maxBody)
 	}
 	over := append(big, 'x')
-	if _, err := client.Call(callCtx(t), server.Addr(), over); !errors.Is(err, ErrFrameTooLarge) {
+	if _, err := client.Call(callCtx(t), "", server.Addr(), over); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("Call with %d bytes: err %v, want ErrFrameTooLarge", len(over), err)
 	}
-	if err := client.Send(server.Addr(), over); !errors.Is(err, ErrFrameTooLarge) {
+	if err := client.Send("", server.Addr(), over); !errors.Is(err, ErrFrameTooLarge) {
 		t.Fatalf("Send with %d bytes: err %v, want ErrFrameTooLarge", len(over), err)
 	}
 	// Refusing locally must not disturb the connection.
@@ -149,7 +149,7 @@ func TestTCPReplyTooLarge(t *testing.T) {
 	}}, func(c *TCPConfig) { c.MaxFrameSize = minFrameSize; c.OnError = log.record })
 	client := newTCP(t, "client", echo, nil)
 
-	_, err := client.Call(callCtx(t), server.Addr(), nil)
+	_, err := client.Call(callCtx(t), "", server.Addr(), nil)
 	var re *RemoteError
 	if !errors.As(err, &re) || !strings.Contains(re.Message, "frame too large") {
 		t.Fatalf("err %v, want a RemoteError about the reply's size", err)
@@ -164,7 +164,7 @@ func TestTCPRemoteError(t *testing.T) {
 	}}, nil)
 	client := newTCP(t, "client", echo, nil)
 
-	_, err := client.Call(callCtx(t), server.Addr(), []byte("prepare"))
+	_, err := client.Call(callCtx(t), "", server.Addr(), []byte("prepare"))
 	var re *RemoteError
 	if !errors.As(err, &re) {
 		t.Fatalf("err %v (%T), want *RemoteError", err, err)
@@ -173,7 +173,7 @@ func TestTCPRemoteError(t *testing.T) {
 		t.Fatalf("RemoteError %+v", re)
 	}
 	// A remote error leaves the connection up.
-	_, _ = client.Call(callCtx(t), server.Addr(), nil)
+	_, _ = client.Call(callCtx(t), "", server.Addr(), nil)
 	if s := client.Stats(); s.Dials != 1 {
 		t.Fatalf("client dialed %d times, want 1", s.Dials)
 	}
@@ -191,7 +191,7 @@ func TestTCPHandlerRejectsPeer(t *testing.T) {
 	client := newTCP(t, "client", echo, nil)
 
 	mustCall(t, client, server.Addr(), []byte("good"))
-	_, err := client.Call(callCtx(t), server.Addr(), []byte("evil"))
+	_, err := client.Call(callCtx(t), "", server.Addr(), []byte("evil"))
 	if !errors.Is(err, ErrConnClosed) {
 		t.Fatalf("err %v, want ErrConnClosed", err)
 	}
@@ -221,7 +221,7 @@ func TestTCPPeerRestart(t *testing.T) {
 	eventually(t, "the client notices the closed connection", func() bool {
 		return client.Stats().OutboundConns == 0
 	})
-	if _, err := client.Call(callCtx(t), addr, []byte("down")); !errors.Is(err, ErrUnreachable) {
+	if _, err := client.Call(callCtx(t), "", addr, []byte("down")); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("call to a stopped server: err %v, want ErrUnreachable", err)
 	}
 
@@ -240,13 +240,13 @@ func TestTCPUnreachable(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close() // nothing listens there now
 	client := newTCP(t, "client", echo, nil)
-	if _, err := client.Call(callCtx(t), addr, nil); !errors.Is(err, ErrUnreachable) {
+	if _, err := client.Call(callCtx(t), "", addr, nil); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("err %v, want ErrUnreachable", err)
 	}
 	// Send does not wait for the connection: it succeeds (the message is
 	// lost with the failed dial) or, when the dial has failed already,
 	// says the peer is unreachable. Nothing else.
-	if err := client.Send(addr, nil); err != nil && !errors.Is(err, ErrUnreachable) {
+	if err := client.Send("", addr, nil); err != nil && !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("Send to an unreachable peer: %v, want nil or ErrUnreachable", err)
 	}
 }
@@ -265,12 +265,12 @@ func TestTCPContextEnds(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if _, err := client.Call(ctx, server.Addr(), []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := client.Call(ctx, "", server.Addr(), []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err %v, want context.DeadlineExceeded", err)
 	}
 	ctx, cancel = context.WithCancel(context.Background())
 	cancel()
-	if _, err := client.Call(ctx, server.Addr(), []byte("never sent")); !errors.Is(err, context.Canceled) {
+	if _, err := client.Call(ctx, "", server.Addr(), []byte("never sent")); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
 
@@ -299,7 +299,7 @@ func TestTCPCloseFailsPendingCalls(t *testing.T) {
 
 	errc := make(chan error, 1)
 	go func() {
-		_, err := client.Call(context.Background(), server.Addr(), []byte("pending"))
+		_, err := client.Call(context.Background(), "", server.Addr(), []byte("pending"))
 		errc <- err
 	}()
 	select {
@@ -318,10 +318,10 @@ func TestTCPCloseFailsPendingCalls(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("pending call did not return after Close")
 	}
-	if _, err := client.Call(context.Background(), server.Addr(), nil); !errors.Is(err, ErrClosed) {
+	if _, err := client.Call(context.Background(), "", server.Addr(), nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Call after Close: err %v, want ErrClosed", err)
 	}
-	if err := client.Send(server.Addr(), nil); !errors.Is(err, ErrClosed) {
+	if err := client.Send("", server.Addr(), nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Send after Close: err %v, want ErrClosed", err)
 	}
 	if err := client.Close(); err != nil {
@@ -338,14 +338,14 @@ func TestTCPCloseLeaksNoGoroutines(t *testing.T) {
 	for _, from := range nodes {
 		for _, to := range nodes {
 			mustCall(t, from, to.Addr(), []byte("x"))
-			if err := from.Send(to.Addr(), []byte("y")); err != nil {
+			if err := from.Send("", to.Addr(), []byte("y")); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// A dial that is still in progress when Close runs must end too.
 	blackhole := "10.255.255.1:9"
-	_ = nodes[0].Send(blackhole, []byte("lost"))
+	_ = nodes[0].Send("", blackhole, []byte("lost"))
 	for _, n := range nodes {
 		if err := n.Close(); err != nil {
 			t.Fatal(err)
@@ -419,7 +419,7 @@ func TestTCPStalledPeer(t *testing.T) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
 	for len(log.all()) == 0 {
-		err := client.Send(ln.Addr().String(), body)
+		err := client.Send("", ln.Addr().String(), body)
 		switch {
 		case errors.Is(err, ErrQueueFull):
 			queueFull = true
@@ -470,7 +470,7 @@ func TestSilentConnectionIsRedialed(t *testing.T) {
 	client := newTCP(t, "client", echo, func(c *TCPConfig) { c.OnError = log.record })
 	for i := 0; i < silentTimeouts; i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		if _, err := client.Call(ctx, server.Addr(), []byte("x")); !errors.Is(err, context.DeadlineExceeded) {
+		if _, err := client.Call(ctx, "", server.Addr(), []byte("x")); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("call %d: %v, want a timeout", i, err)
 		}
 		cancel()

@@ -76,7 +76,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 
 	t.Run("plain client refused", func(t *testing.T) {
 		plain := newTCP(t, "plain", echo, nil)
-		if _, err := plain.Call(callCtx(t), server.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
+		if _, err := plain.Call(callCtx(t), "", server.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
 			t.Fatalf("err %v, want ErrConnClosed", err)
 		}
 		log.waitUntil(t, "about a TLS record header", func(err error) bool {
@@ -90,7 +90,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 		untrusted := cfg.Clone()
 		untrusted.Certificates = selfSignedTLS(t, "stranger").Certificates
 		stranger := newTCP(t, "stranger", echo, func(c *TCPConfig) { c.TLS = untrusted })
-		_, err := stranger.Call(callCtx(t), server.Addr(), []byte("x"))
+		_, err := stranger.Call(callCtx(t), "", server.Addr(), []byte("x"))
 		if !errors.Is(err, ErrUnreachable) && !errors.Is(err, ErrConnClosed) {
 			t.Fatalf("err %v, want the call to fail", err)
 		}
@@ -101,7 +101,7 @@ func TestTCPWithMutualTLS(t *testing.T) {
 	t.Run("server not trusted", func(t *testing.T) {
 		other := selfSignedTLS(t, "wary")
 		wary := newTCP(t, "wary", echo, func(c *TCPConfig) { c.TLS = other })
-		_, err := wary.Call(callCtx(t), server.Addr(), []byte("x"))
+		_, err := wary.Call(callCtx(t), "", server.Addr(), []byte("x"))
 		var unknownAuthority x509.UnknownAuthorityError
 		if !errors.Is(err, ErrUnreachable) || !errors.As(err, &unknownAuthority) {
 			t.Fatalf("err %v, want ErrUnreachable caused by an unknown authority", err)
@@ -133,7 +133,7 @@ func TestTCPBindsHelloNameToCertificate(t *testing.T) {
 
 	t.Run("another name refused", func(t *testing.T) {
 		bob := newTCP(t, "bob", echo, func(c *TCPConfig) { c.TLS = aliceTLS })
-		if _, err := bob.Call(callCtx(t), server.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
+		if _, err := bob.Call(callCtx(t), "", server.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
 			t.Fatalf("err %v, want ErrConnClosed", err)
 		}
 		e := log.waitFor(t, ErrHandshake, ErrIdentity)
@@ -159,9 +159,31 @@ func TestTCPBindsHelloNameToCertificate(t *testing.T) {
 		if from := mustCall(t, carol, byCN.Addr(), []byte("x")); string(from) != "carol" {
 			t.Fatalf("handler saw %q, want carol", from)
 		}
-		if _, err := alice.Call(callCtx(t), byCN.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
+		if _, err := alice.Call(callCtx(t), "", byCN.Addr(), []byte("x")); !errors.Is(err, ErrConnClosed) {
 			t.Fatalf("alice: err %v, want ErrConnClosed", err)
 		}
 	})
 	mustCall(t, alice, server.Addr(), []byte("still serving"))
+}
+
+// A dialer uses a connection to a node only if the listener's certificate
+// names that node: a member whose address was handed out as another's
+// cannot answer in that one's name.
+func TestTCPDialerChecksListenerName(t *testing.T) {
+	noGoroutineLeak(t)
+	cfg := selfSignedTLS(t, "client", "mallory")
+	mallory := newTCP(t, "mallory", echo, func(c *TCPConfig) { c.TLS = cfg })
+	client := newTCP(t, "client", echo, func(c *TCPConfig) { c.TLS = cfg })
+	if reply, err := client.Call(callCtx(t), "mallory", mallory.Addr(), []byte("x")); err != nil || string(reply) != "x" {
+		t.Fatalf("calling mallory as mallory: %q, %v", reply, err)
+	}
+	_, err := client.Call(callCtx(t), "voter1", mallory.Addr(), []byte("x"))
+	if !errors.Is(err, ErrUnreachable) || !errors.Is(err, ErrIdentity) {
+		t.Fatalf("calling voter1 at mallory's address: %v, want ErrUnreachable and ErrIdentity", err)
+	}
+	if err := client.Send("voter1", mallory.Addr(), []byte("x")); err != nil && !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("sending to voter1 at mallory's address: %v", err)
+	}
+	// The pool keeps connections per node: mallory's own still works.
+	mustCall(t, client, mallory.Addr(), []byte("still"))
 }

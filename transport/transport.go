@@ -33,22 +33,31 @@ type Handler interface {
 // Bodies passed to Call and Send may be reused by the caller as soon as the
 // method returns.
 type Transport interface {
-	// Call sends body to the node listening at addr and waits for its reply
-	// or until ctx ends. Delivery is at most once: the request is never
-	// retransmitted after it may have reached the peer. A nil error means the
-	// peer's handler ran and the returned slice (owned by the caller) is its
-	// reply. If ctx ends first, Call returns ctx.Err() promptly and a late
-	// reply is dropped; the handler may or may not have run. See the package
-	// errors for how to tell "not sent" from "outcome unknown".
-	Call(ctx context.Context, addr string, body []byte) ([]byte, error)
+	// Call sends body to the node named node, listening at addr, and waits
+	// for its reply or until ctx ends. The reply comes from that node as far
+	// as the transport can tell: with TLS, a connection is used only if the
+	// certificate the listener presented vouches for node (the rule of
+	// TCPConfig.VerifyPeerName; the call fails with an error wrapping
+	// ErrUnreachable and ErrIdentity otherwise); without TLS, from whatever
+	// listens at addr. An empty node accepts any listener the TLS
+	// configuration accepts.
+	//
+	// Delivery is at most once: the request is never retransmitted after it
+	// may have reached the peer. A nil error means the peer's handler ran
+	// and the returned slice (owned by the caller) is its reply. If ctx ends
+	// first, Call returns ctx.Err() promptly and a late reply is dropped;
+	// the handler may or may not have run. See the package errors for how
+	// to tell "not sent" from "outcome unknown".
+	Call(ctx context.Context, node, addr string, body []byte) ([]byte, error)
 
 	// Send queues body for one-way, at-most-once, best-effort delivery to
-	// addr and returns without waiting for the peer (and without waiting for
-	// a connection to be made). A nil error does not mean the message will be
-	// delivered: it can be lost with its connection, and nobody is told.
-	// When the connection has failed already (a dial refused at once, say),
-	// Send returns ErrUnreachable and queues nothing.
-	Send(addr string, body []byte) error
+	// the node named node at addr (checked as for Call) and returns without
+	// waiting for the peer (and without waiting for a connection to be
+	// made). A nil error does not mean the message will be delivered: it
+	// can be lost with its connection, and nobody is told. When the
+	// connection has failed already (a dial refused at once, say), Send
+	// returns ErrUnreachable and queues nothing.
+	Send(node, addr string, body []byte) error
 
 	// Addr is the address peers use to reach this transport.
 	Addr() string
