@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/lockmesh/lockmesh/mesh"
+)
+
+// The read-only commands, and voters. Each asks the local agent once and
+// prints the answer: text for people, or JSON (-json) for scripts.
+
+const inspectExit = `
+exit status: 0 on an answer; 64 usage; 69 the agent could not be reached,
+or no majority of the voters answered in time`
+
+// query dials the agent, asks req and returns the answer.
+func query(socket string, timeout time.Duration, req request) (reply, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout+5*time.Second)
+	defer cancel()
+	cl, err := dial(ctx, socket)
+	if err != nil {
+		return reply{}, err
+	}
+	defer cl.close()
+	req.Timeout = int64(timeout)
+	r, err := cl.call(ctx, req)
+	if err != nil {
+		return r, failAPI(req.Op, err)
+	}
+	return r, nil
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func holderCommand() *command {
+	c := newCommand("holder", "KEY", "say who holds a lock", `
+Asks a majority of the voters who holds KEY (a linearizable read) and
+prints "KEY: held by NODE, token T", or "KEY: free" and the last token
+granted, if any. With -json it prints the answer as a JSON object.`+inspectExit)
+	c.interspersed = true
+	socket := c.socketFlag()
+	timeout := c.fs.Duration("timeout", defaultTimeout, "how long to wait for a majority's answer")
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	c.run = func(args []string) error {
+		if len(args) != 1 {
+			return c.usageError("want one KEY")
+		}
+		r, err := query(*socket, *timeout, request{Op: opHolder, Key: args[0]})
+		if err != nil {
+			return err
+		}
+		h := *r.Holder
+		switch {
+		case *asJSON:
+			return printJSON(h)
+		case h.Held:
+			fmt.Printf("%s: held by %s, token %d\n", h.Key, h.Node, h.Token)
+		case h.Token != 0:
+			fmt.Printf("%s: free (last token %d)\n", h.Key, h.Token)
+		default:
+			fmt.Printf("%s: free\n", h.Key)
+		}
+		return nil
+	}
+	return c
+}
+
+func locksCommand() *command {
+	c := newCommand("locks", "[PREFIX]", "list the locks held", `
+Lists the locks held now whose keys start with PREFIX (all when none): one
+line per lock, "KEY NODE TOKEN". With -json a JSON array.
+
+Listing needs the mesh's lock listing, which is not in this build yet:
+until it is, locks exits 65 with a message saying so.`+inspectExit+`; 65 not supported yet`)
+	c.interspersed = true
+	socket := c.socketFlag()
+	timeout := c.fs.Duration("timeout", defaultTimeout, "how long to wait for the answer")
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	c.run = func(args []string) error {
+		if len(args) > 1 {
+			return c.usageError("want at most one PREFIX")
+		}
+		prefix := ""
+		if len(args) == 1 {
+			prefix = args[0]
+		}
+		r, err := query(*socket, *timeout, request{Op: opLocks, Key: prefix})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(r.Locks)
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
+		for _, h := range r.Locks {
+			fmt.Fprintf(tw, "%s\t%s\t%d\n", h.Key, h.Node, h.Token)
+		}
+		return tw.Flush()
+	}
+	return c
+}
+
+func statusCommand() *command {
+	c := newCommand("status", "", "show the local agent's view of the mesh", `
+Prints the local agent's node: its addresses, whether it votes and is
+ready, the voter configuration, the members gossip knows, and the leases
+it holds. With -json, the whole mesh.Status.`+inspectExit)
+	c.interspersed = true
+	socket := c.socketFlag()
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	c.run = func(args []string) error {
+		if len(args) != 0 {
+			return c.usageError("takes no arguments")
+		}
+		r, err := query(*socket, defaultTimeout, request{Op: opStatus})
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(r.Status)
+		}
+		printStatus(os.Stdout, *r.Status)
+		return nil
+	}
+	return c
+}
+
+func printStatus(w io.Writer, st mesh.Status) {
+	_, why := readiness(st)
+	voting := st.Voting
+	if voting == "" {
+		voting = "not a voter"
+	}
+	fmt.Fprintf(w, "node:    %s (%s)\n", st.Name, why)
+	fmt.Fprintf(w, "gossip:  %s\nballots: %s\n", st.Addr, st.RPCAddr)
+	fmt.Fprintf(w, "voting:  %s\n", voting)
+	fmt.Fprintf(w, "voters:  %s (version %d%s)\n", strings.Join(st.Voters, ", "), st.Config.Version, pendingNote(st.Config))
+	fmt.Fprintf(w, "leases:  %d\n\nmembers:\n", st.Leases)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "  NAME\tSTATE\tVOTER\tGOSSIP\tBALLOTS\n")
+	for _, m := range st.Members {
+		fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\t%s\n", m.Name, m.State, m.Voter, m.Addr, m.RPCAddr)
+	}
+	tw.Flush()
+}
+
+func pendingNote(c mesh.Configuration) string {
+	if c.Pending {
+		return ", a change pending from " + strings.Join(c.Previous, ", ")
+	}
+	return ""
+}
+
+func votersCommand() *command {
+	c := newCommand("voters", "list | add NODE | remove NODE", "list or change the voters", `
+list prints the voter configuration the local agent knows: one voter per
+line, then its version, and the removed (retired) names if any.
+
+add makes NODE (running and joined) a voter; remove takes NODE out of the
+voters, alive or gone for good (its name never votes again). Both return
+once the change is in effect, and print the new configuration. To replace a
+dead voter, add the new one first, then remove the dead one.`+inspectExit+`;
+1 the change was refused (an unknown node, a retired name, the last voter,
+another change running on that agent)`)
+	c.interspersed = true
+	socket := c.socketFlag()
+	timeout := c.fs.Duration("timeout", changeTimeout, "how long add and remove may take")
+	asJSON := c.fs.Bool("json", false, "print JSON")
+	c.run = func(args []string) error {
+		var req request
+		switch {
+		case len(args) == 1 && args[0] == "list":
+			req.Op = opVoters
+		case len(args) == 2 && args[0] == "add":
+			req.Op, req.Name = opAddVoter, args[1]
+		case len(args) == 2 && args[0] == "remove":
+			req.Op, req.Name = opRemoveVoter, args[1]
+		default:
+			return c.usageError("want list, add NODE or remove NODE")
+		}
+		r, err := query(*socket, *timeout, req)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(r.Config)
+		}
+		cfg := r.Config
+		for _, v := range cfg.Voters {
+			fmt.Println(v)
+		}
+		fmt.Printf("# version %d%s\n", cfg.Version, pendingNote(*cfg))
+		if len(cfg.Retired) > 0 {
+			fmt.Printf("# retired: %s\n", strings.Join(cfg.Retired, ", "))
+		}
+		return nil
+	}
+	return c
+}

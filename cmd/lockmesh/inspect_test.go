@@ -1,0 +1,89 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/lockmesh/lockmesh/mesh"
+)
+
+// TestInspect: status, voters list and holder as a user reads them, and
+// the agent's HTTP endpoints.
+func TestInspect(t *testing.T) {
+	ag := sharedCluster(t)
+	r := lockmesh(t, "status", "-socket", ag[0].socket)
+	for _, want := range []string{"node:    a (ready)", "voting:  live", "voters:  a, b, c", "\n  a ", "\n  b ", "\n  c "} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("status lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	r = lockmesh(t, "status", "-json", "-socket", ag[2].socket)
+	var st mesh.Status
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Name != "c" || st.Voting != "live" || len(st.Voters) != 3 {
+		t.Errorf("status -json: %v, %+v", err, st)
+	}
+
+	r = lockmesh(t, "voters", "list", "-socket", ag[1].socket)
+	lines := strings.Split(r.stdout, "\n")
+	if r.code != 0 || len(lines) < 4 || strings.Join(lines[:3], ",") != "a,b,c" || !strings.HasPrefix(lines[3], "# version ") {
+		t.Errorf("voters list: status %d:\n%s", r.code, r.stdout)
+	}
+
+	r = lockmesh(t, "holder", "-json", "-socket", ag[0].socket, "never-taken")
+	var h mesh.Holder
+	if err := json.Unmarshal([]byte(r.stdout), &h); err != nil || h.Key != "never-taken" || h.Held || h.Token != 0 {
+		t.Errorf("holder -json: %v, %+v", err, h)
+	}
+	if r := lockmesh(t, "holder", "-socket", ag[0].socket, ""); r.code != exitUsage {
+		t.Errorf("holder of an empty key: status %d, want %d; stderr %s", r.code, exitUsage, r.stderr)
+	}
+
+	for path, want := range map[string]struct {
+		code int
+		body string
+	}{
+		"/healthz": {200, "ok"},
+		"/readyz":  {200, "ready"},
+		"/status":  {200, `"Voting": "live"`},
+		"/metrics": {501, "not served yet"},
+	} {
+		resp, err := http.Get("http://" + ag[0].http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want.code || !strings.Contains(string(body), want.body) {
+			t.Errorf("GET %s: %d %q, want %d and %q", path, resp.StatusCode, body, want.code, want.body)
+		}
+	}
+}
+
+// TestVoterChanges: voters add and remove through any agent, and the
+// refusals.
+func TestVoterChanges(t *testing.T) {
+	ag := sharedCluster(t)
+	d := extraAgent(t, "d")
+	r := lockmesh(t, "voters", "add", d.name, "-socket", ag[0].socket)
+	if r.code != 0 || !strings.Contains(r.stdout, "\n"+d.name+"\n") {
+		t.Fatalf("voters add: status %d, %q; stderr %s", r.code, r.stdout, r.stderr)
+	}
+	r = lockmesh(t, "voters", "remove", d.name, "-socket", ag[1].socket)
+	if r.code != 0 || strings.Contains(r.stdout, "\n"+d.name+"\n") || !strings.Contains(r.stdout, "# retired: ") {
+		t.Fatalf("voters remove: status %d, %q; stderr %s", r.code, r.stdout, r.stderr)
+	}
+	for _, tc := range []struct{ args, says string }{
+		{"add nosuch", "unknown node"},
+		{"add " + d.name, "not allowed"}, // retired
+	} {
+		r := lockmesh(t, append([]string{"voters", "-socket", ag[0].socket}, strings.Fields(tc.args)...)...)
+		if r.code != exitError || !strings.Contains(r.stderr, tc.says) {
+			t.Errorf("voters %s: status %d, stderr %q; want %d and %q", tc.args, r.code, r.stderr, exitError, tc.says)
+		}
+	}
+}
