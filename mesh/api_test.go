@@ -29,8 +29,8 @@ func TestLeaveHandsOverAtOnce(t *testing.T) {
 		got <- time.Now()
 	}()
 	waitFor(t, 5*time.Second, "the waiter to wait", func() bool {
-		waiter.propMu.Lock()
-		defer waiter.propMu.Unlock()
+		waiter.nodeMu.Lock()
+		defer waiter.nodeMu.Unlock()
 		return len(waiter.waiters) > 0
 	})
 	start := time.Now()

@@ -133,10 +133,7 @@ func (m *Mesh) autopilotStep(ap AutopilotConfig, deadSince map[string]time.Time,
 	if pilot != m.cfg.Name {
 		return
 	}
-	m.accMu.Lock()
-	live := m.acc != nil && m.acc.State() == quorum.Live
-	m.accMu.Unlock()
-	if !live {
+	if v := m.voting.Load(); v == nil || !v.Voter || v.Acceptor != quorum.Live {
 		return // a pilot that cannot vote yet leaves it to the next look
 	}
 	var candidates []string

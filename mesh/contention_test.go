@@ -153,8 +153,8 @@ func TestReleaseHandsOver(t *testing.T) {
 			l2.Release(ctx)
 		}()
 		waitFor(t, 5*time.Second, "the waiter to wait", func() bool {
-			to.propMu.Lock()
-			defer to.propMu.Unlock()
+			to.nodeMu.Lock()
+			defer to.nodeMu.Unlock()
 			return len(to.waiters) > 0
 		})
 		released := time.Now()

@@ -11,10 +11,9 @@ import (
 	"github.com/lockmesh/lockmesh/transport"
 )
 
-// The engine drives the two state machines of package quorum: the proposer
-// (this node's acquires, renewals, releases and reads) under propMu, the
-// acceptor (this node's votes) under accMu. Lock order: propMu, then accMu;
-// nothing that holds accMu takes propMu.
+// The engine drives this node's quorum.Node: every decision of the node
+// is the Node's; the engine moves bytes and time. One goroutine at a time
+// drives the Node, under nodeMu (see drive).
 
 // outcome is what a waiting caller receives.
 type outcome struct {
@@ -30,18 +29,17 @@ type outcome struct {
 // nothing else will send on it.
 var outcomeChans = sync.Pool{New: func() any { return make(chan outcome, 1) }}
 
-// drive runs fn on the proposer, then does everything the proposer wants
-// done: answers its own requests to this node's acceptor at once, sends the
-// others, hands results to waiting callers, and updates leases. fn has run
-// when drive returns.
+// drive runs fn on the node, then does everything the node wants done:
+// sends its messages, hands results to waiting callers, updates leases.
+// fn has run, and what it caused has been handed out, when drive returns.
 //
 // Callers combine: one that finds another goroutine driving hands fn over
 // and waits, and the driver runs every fn handed to it before it reads the
-// proposer's Ready. So under load propMu changes hands once per batch of
+// node's Ready. So under load nodeMu changes hands once per batch of
 // callers rather than once per caller, and their operations leave
 // together, one message per voter. A driver serves at most driveBatches
 // batches, then hands the role to the next waiter.
-func (m *Mesh) drive(fn func(p *quorum.Proposer)) {
+func (m *Mesh) drive(fn func(n *quorum.Node)) {
 	m.combMu.Lock()
 	if m.driving {
 		w := driveWaiter{fn: fn, done: make(chan bool, 1)}
@@ -55,8 +53,8 @@ func (m *Mesh) drive(fn func(p *quorum.Proposer)) {
 		m.driving = true
 		m.combMu.Unlock()
 	}
-	m.propMu.Lock()
-	defer m.propMu.Unlock()
+	m.nodeMu.Lock()
+	defer m.nodeMu.Unlock()
 	m.driveLocked([]driveWaiter{{fn: fn}})
 	for range driveBatches {
 		m.combMu.Lock()
@@ -87,12 +85,12 @@ const driveBatches = 4
 // driveWaiter is a caller of drive waiting for the driver: done receives
 // false once fn has run, true when the caller is to drive itself.
 type driveWaiter struct {
-	fn   func(p *quorum.Proposer)
+	fn   func(n *quorum.Node)
 	done chan bool
 }
 
-// driveLocked runs the batch's functions, then the proposer's Ready, and
-// lets the batch's callers go (propMu held).
+// driveLocked runs the batch's functions, then everything the node wants
+// done, and lets the batch's callers go (nodeMu held).
 func (m *Mesh) driveLocked(batch []driveWaiter) {
 	defer func() {
 		for _, w := range batch {
@@ -101,70 +99,70 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 			}
 		}
 	}()
-	if m.prop == nil {
+	if m.node == nil {
 		return
 	}
+	m.node.Silence(m.notVoting())
 	for _, w := range batch {
 		if w.fn != nil {
-			w.fn(m.prop)
+			w.fn(m.node)
 		}
 	}
-	for m.prop.HasReady() {
-		rd := m.prop.Ready()
+	for m.node.HasReady() {
+		rd := m.node.Ready()
+		if rd.Config != nil {
+			m.configChanged(*rd.Config)
+		}
+		if rd.Voting != nil {
+			m.votingChanged(*rd.Voting)
+		}
 		for _, ev := range rd.Leases {
 			m.leaseEvent(ev)
 		}
 		for _, res := range rd.Results {
 			m.result(res)
 		}
-		m.prop.ReuseResults(rd.Results)
-		for i := range rd.Requests {
-			req := &rd.Requests[i]
-			if req.To == m.name {
-				if resp := m.localRequest(req); resp != nil {
-					m.prop.Step(resp)
-					quorum.RecycleResults(resp.Results)
-				}
-				quorum.RecycleOps(req.Ops)
-				continue
-			}
-			m.sendRequest(req)
+		for i := range rd.Messages {
+			m.send(&rd.Messages[i])
 		}
-		m.prop.ReuseRequests(rd.Requests)
-		m.sendPushes(rd.Pushes)
-		m.sendLists(rd.Lists)
+		m.node.Advance(rd)
 	}
-	if cur := m.current.Load(); cur == nil || cur.ID != m.prop.Membership().ID {
-		m.configChanged()
-	}
-	if at, ok := m.prop.NextTick(); ok && at < m.armed {
+	if at, ok := m.node.NextTick(); ok && at < m.armed {
 		m.kickTimer()
 	}
 }
 
-// localRequest hands a request of this node's proposer to its own acceptor.
-func (m *Mesh) localRequest(req *quorum.Request) *quorum.Response {
-	m.accMu.Lock()
-	if m.acc == nil || m.notVoting() {
-		m.accMu.Unlock()
-		return quorum.NoAcceptorResponse(m.prop.Membership(), m.name, m.inc, req)
+// send sends one of the node's messages: a reply to the request it answers
+// (see ask), the rest to its addressee. Requests leave through the
+// addressee's outbox; catch-ups and key listings are calls whose answers
+// are stepped when they come.
+func (m *Mesh) send(msg *quorum.Message) {
+	if msg.Ref != 0 {
+		m.answered(msg)
+		return
 	}
-	resp := m.acc.HandleRequest(req)
-	ard := m.acc.Ready()
-	m.accMu.Unlock()
-	m.acceptorReady(ard, true)
-	return resp
-}
-
-// sendRequest sends a request to another voter (through its outbox, see
-// post); its answer is stepped when it comes.
-func (m *Mesh) sendRequest(req *quorum.Request) {
-	addr, ok := m.book.rpcAddr(string(req.To))
+	to := msg.To()
+	addr, ok := m.book.rpcAddr(string(to))
 	if !ok {
 		m.incr("send.unknown_peer", 1)
 		return // not seen in gossip yet: its votes will be missing this round
 	}
-	m.post(addr, req)
+	switch msg.Kind {
+	case quorum.MsgRequest:
+		m.post(addr, &msg.Request)
+	case quorum.MsgNotify:
+		m.incr("messages.sent", 1)
+		_ = m.tr.Send(string(to), addr, encodeNotify(&msg.Notify))
+	case quorum.MsgPush:
+		if body, err := encode(kindPush, &msg.Push); err == nil {
+			m.incr("messages.sent", 1)
+			_ = m.tr.Send(string(to), addr, body)
+		}
+	case quorum.MsgCatchUp:
+		if body, err := encode(kindCatchUp, &msg.CatchUp); err == nil {
+			go m.catchUpCall(addr, to, body)
+		}
+	}
 }
 
 // call sends one request to voter to at addr and steps the answer, which
@@ -195,44 +193,12 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 		}
 		return
 	}
-	m.drive(func(p *quorum.Proposer) { p.Step(resp) })
-	quorum.RecycleResults(resp.Results)
+	m.drive(func(n *quorum.Node) { n.Step(quorum.Message{Kind: quorum.MsgResponse, Response: *resp}) })
 }
 
-// acceptorReady sends what the acceptor wants sent. Notifies to this node
-// go straight to its proposer: underProp says whether propMu is held.
-func (m *Mesh) acceptorReady(ard quorum.AcceptorReady, underProp bool) {
-	for i := range ard.Notifies {
-		n := &ard.Notifies[i]
-		if n.To == m.name {
-			if underProp {
-				m.prop.HandleNotify(n)
-			} else {
-				go m.drive(func(p *quorum.Proposer) { p.HandleNotify(n) })
-			}
-			continue
-		}
-		addr, ok := m.book.rpcAddr(string(n.To))
-		if !ok {
-			continue
-		}
-		m.incr("messages.sent", 1)
-		_ = m.tr.Send(string(n.To), addr, encodeNotify(n))
-	}
-	for i := range ard.CatchUps {
-		req := ard.CatchUps[i]
-		addr, ok := m.book.rpcAddr(string(req.To))
-		if !ok {
-			continue
-		}
-		body, err := encode(kindCatchUp, &req)
-		if err != nil {
-			continue
-		}
-		go m.catchUpCall(addr, req.To, body)
-	}
-}
-
+// catchUpCall asks voter to at addr for a bucket of its registers (a
+// recovering acceptor) or of its keys (a voter change) and steps the
+// answer, checked like a ballot answer.
 func (m *Mesh) catchUpCall(addr string, to quorum.NodeID, body []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
 	defer cancel()
@@ -247,26 +213,63 @@ func (m *Mesh) catchUpCall(addr string, to quorum.NodeID, body []byte) {
 	if err != nil {
 		m.incr("rpc.malformed", 1)
 		m.countLimit(err)
-		m.log.Warn("bad catch-up response", "peer", addr, "error", err)
+		if m.noisy.allow("bad catch-up response " + addr) {
+			m.log.Warn("bad catch-up response", "peer", addr, "error", err)
+		}
 		return
 	}
-	m.accMu.Lock()
-	was := m.acc.State()
-	m.acc.HandleCatchUpResponse(resp)
-	now := m.acc.State()
-	floor := m.acc.FloorOnly()
-	ard := m.acc.Ready()
-	m.accMu.Unlock()
-	m.acceptorAdopted() // the answer may have named a newer configuration
-	if was != quorum.Live && now == quorum.Live {
-		if floor {
-			m.log.Info("voting; no majority of voters had state to catch up from (a new mesh, or most voters restarted together), so fencing tokens continue from the wall clock")
-		} else {
-			m.log.Info("voting, caught up from the other voters")
+	m.drive(func(n *quorum.Node) { n.Step(quorum.Message{Kind: quorum.MsgCatchUpReply, CatchUpReply: *resp}) })
+}
+
+// replySlot is where the driver leaves the encoded answer to a request that
+// the transport's handler stepped at the node (ask).
+type replySlot struct {
+	body   []byte
+	err    error
+	config uint64 // the answer's configuration, when it is not the request's
+}
+
+// ask steps a request received from the network at the node, and returns
+// its answer, encoded. The answer comes out of the node's Ready under the
+// request's Ref; the driver encodes it there (answered), before the
+// node's buffers are reused, and it is in the slot by the time drive
+// returns.
+func (m *Mesh) ask(msg quorum.Message) (*replySlot, error) {
+	if m.current.Load() == nil {
+		return nil, fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
+	}
+	msg.Ref = m.nextRef.Add(1)
+	slot := &replySlot{}
+	m.replies.Store(msg.Ref, slot)
+	defer m.replies.Delete(msg.Ref)
+	m.drive(func(n *quorum.Node) { n.Step(msg) })
+	if slot.body == nil && slot.err == nil {
+		return nil, ErrClosed // the node is gone: no answer was made
+	}
+	return slot, slot.err
+}
+
+// answered encodes the node's answer to a request into the request's slot
+// (driver only).
+func (m *Mesh) answered(msg *quorum.Message) {
+	v, ok := m.replies.Load(msg.Ref)
+	if !ok {
+		return
+	}
+	slot := v.(*replySlot)
+	switch msg.Kind {
+	case quorum.MsgResponse:
+		slot.body = encodeResponse(&msg.Response)
+		if msg.Response.Status == quorum.StatusWrongConfig {
+			slot.config = msg.Response.Config
+		}
+		quorum.RecycleResults(msg.Response.Results)
+	case quorum.MsgCatchUpReply:
+		slot.body, slot.err = encode(kindCatchUpReply, &msg.CatchUpReply)
+		if msg.CatchUpReply.Status == quorum.StatusWrongConfig {
+			slot.config = msg.CatchUpReply.Config
 		}
 	}
-	m.acceptorReady(ard, false)
-	m.kickTimer()
 }
 
 // handler answers the ballot transport.
@@ -324,30 +327,15 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	if err := m.checkSender(req); err != nil {
 		return nil, err
 	}
-	m.accMu.Lock()
-	var resp *quorum.Response
-	var ard quorum.AcceptorReady
-	if m.acc == nil || m.notVoting() {
-		cur := m.current.Load()
-		if cur == nil {
-			m.accMu.Unlock()
-			return nil, fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
-		}
-		resp = quorum.NoAcceptorResponse(*cur, m.name, m.inc, req)
-	} else {
-		resp = m.acc.HandleRequest(req)
-		ard = m.acc.Ready()
+	theirs := req.Config
+	slot, err := m.ask(quorum.Message{Kind: quorum.MsgRequest, Request: *req})
+	if err != nil {
+		return nil, err
 	}
-	m.accMu.Unlock()
-	if resp.Status == quorum.StatusWrongConfig {
-		m.wrongConfig(from, req.Config, resp.Config, "ballots")
+	if slot.config != 0 {
+		m.wrongConfig(from, theirs, slot.config, "ballots")
 	}
-	m.acceptorReady(ard, false)
-	m.kickTimer()
-	body = encodeResponse(resp)
-	quorum.RecycleOps(req.Ops)
-	quorum.RecycleResults(resp.Results)
-	return body, nil
+	return slot.body, nil
 }
 
 func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
@@ -358,23 +346,14 @@ func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
 	if string(req.From) != from {
 		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
 	}
-	m.accMu.Lock()
-	var resp *quorum.CatchUpResponse
-	if m.acc == nil || m.notVoting() {
-		cur := m.current.Load()
-		if cur == nil {
-			m.accMu.Unlock()
-			return nil, fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
-		}
-		resp = quorum.NoAcceptorCatchUp(*cur, m.name, m.inc, &req)
-	} else {
-		resp = m.acc.HandleCatchUp(&req)
+	slot, err := m.ask(quorum.Message{Kind: quorum.MsgCatchUp, CatchUp: req})
+	if err != nil {
+		return nil, err
 	}
-	m.accMu.Unlock()
-	if resp.Status == quorum.StatusWrongConfig {
-		m.wrongConfig(from, req.Config, resp.Config, "a catch-up")
+	if slot.config != 0 {
+		m.wrongConfig(from, req.Config, slot.config, "a catch-up")
 	}
-	return encode(kindCatchUpReply, resp)
+	return slot.body, nil
 }
 
 // wrongConfig counts and reports a message of another configuration. One
@@ -414,10 +393,10 @@ func (h handler) HandleMessage(from string, body []byte) {
 		}
 		return
 	}
-	m.drive(func(p *quorum.Proposer) { p.HandleNotify(n) })
+	m.drive(func(node *quorum.Node) { node.Step(quorum.Message{Kind: quorum.MsgNotify, Notify: *n}) })
 }
 
-// timerLoop ticks the state machines when their timers are due.
+// timerLoop ticks the node when its timers are due.
 func (m *Mesh) timerLoop() {
 	defer m.wg.Done()
 	t := time.NewTimer(time.Hour)
@@ -446,42 +425,23 @@ func (m *Mesh) timerLoop() {
 	}
 }
 
-// nextTick is when either state machine next needs a tick (an hour away if
-// neither does; a kick comes when that changes).
+// nextTick is when the node next needs a tick (an hour away if it does
+// not; a kick comes when that changes).
 func (m *Mesh) nextTick() time.Duration {
 	next := m.clock.Now() + time.Hour
-	m.accMu.Lock()
-	if m.acc != nil {
-		if at, ok := m.acc.NextTick(); ok && at < next {
-			next = at
-		}
-	}
-	m.accMu.Unlock()
-	m.propMu.Lock()
-	if m.prop != nil {
-		if at, ok := m.prop.NextTick(); ok && at < next {
+	m.nodeMu.Lock()
+	if m.node != nil {
+		if at, ok := m.node.NextTick(); ok && at < next {
 			next = at
 		}
 	}
 	m.armed = next
-	m.propMu.Unlock()
+	m.nodeMu.Unlock()
 	return next
 }
 
 func (m *Mesh) tick() {
-	m.accMu.Lock()
-	var ard quorum.AcceptorReady
-	if m.acc != nil {
-		was := m.acc.State()
-		m.acc.Tick()
-		ard = m.acc.Ready()
-		if was == quorum.Quarantined && m.acc.State() != quorum.Quarantined {
-			m.log.Info("quarantine over; catching up from the other voters")
-		}
-	}
-	m.accMu.Unlock()
-	m.acceptorReady(ard, false)
-	m.drive(func(p *quorum.Proposer) { p.Tick() })
+	m.drive(func(n *quorum.Node) { n.Tick() })
 }
 
 func (m *Mesh) kickTimer() {

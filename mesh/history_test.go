@@ -27,8 +27,8 @@ type recorder struct {
 
 func (r *recorder) attach(m *Mesh) {
 	holder := fmt.Sprintf("%s/%d", m.name, m.inc)
-	m.propMu.Lock()
-	defer m.propMu.Unlock()
+	m.nodeMu.Lock()
+	defer m.nodeMu.Unlock()
 	m.observe = func(res quorum.OpResult) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -160,9 +160,9 @@ func TestRealHistoryIsLinearizable(t *testing.T) {
 		pending = pending[:0]
 		busy := false
 		for _, m := range c.nodes {
-			m.propMu.Lock()
-			n := m.prop.Pending()
-			m.propMu.Unlock()
+			m.nodeMu.Lock()
+			n := m.node.Proposer().Pending()
+			m.nodeMu.Unlock()
 			pending = append(pending, n)
 			busy = busy || n > 0
 		}

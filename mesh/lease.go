@@ -98,15 +98,15 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Unlock()
 	ch := outcomeChans.Get().(chan outcome)
 	var startErr error
-	m.drive(func(p *quorum.Proposer) {
-		// Ending the lease under propMu keeps a renewal result from
+	m.drive(func(n *quorum.Node) {
+		// Ending the lease under nodeMu keeps a renewal result from
 		// racing with it.
 		l.end(ErrReleased)
 		if m.leases[l.key] == l {
 			delete(m.leases, l.key)
 		}
 		m.gaugeLeases()
-		id, err := p.Release(l.key, l.token)
+		id, err := n.Release(l.key, l.token)
 		if err != nil {
 			startErr = err // lost meanwhile: nothing to free
 			return
@@ -212,8 +212,8 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	ch := outcomeChans.Get().(chan outcome)
 	var id quorum.OpID
 	var startErr error
-	m.drive(func(p *quorum.Proposer) {
-		id, startErr = p.Acquire(key, qo)
+	m.drive(func(n *quorum.Node) {
+		id, startErr = n.Acquire(key, qo)
 		if startErr == nil {
 			m.waiters[id] = ch
 		}
@@ -237,7 +237,7 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	}
 	// Cancelled: the operation may be in the middle of a round. Wait for
 	// its end (a round is bounded), and give back a grant that raced in.
-	m.drive(func(p *quorum.Proposer) { p.Cancel(id) })
+	m.drive(func(n *quorum.Node) { n.Cancel(id) })
 	select {
 	case out := <-ch:
 		outcomeChans.Put(ch)
@@ -303,8 +303,8 @@ func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 	}
 	ch := make(chan outcome, 1)
 	var startErr error
-	m.drive(func(p *quorum.Proposer) {
-		id, err := p.Read(key, deadline)
+	m.drive(func(n *quorum.Node) {
+		id, err := n.Read(key, deadline)
 		if err != nil {
 			startErr = err
 			return
@@ -388,7 +388,7 @@ func timingOptions(t lease.Timing) quorum.AcquireOptions {
 	}
 }
 
-// result hands an operation's result to its caller (propMu held). A grant
+// result hands an operation's result to its caller (nodeMu held). A grant
 // becomes a Lease here, before any later event about it can arrive.
 func (m *Mesh) result(res quorum.OpResult) {
 	if m.observe != nil {
@@ -413,7 +413,7 @@ func (m *Mesh) result(res quorum.OpResult) {
 	ch <- out
 }
 
-// leaseEvent applies a renewal or a loss to the lease (propMu held).
+// leaseEvent applies a renewal or a loss to the lease (nodeMu held).
 func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) {
 	l := m.leases[ev.Key]
 	if l == nil || l.token != ev.Epoch {

@@ -54,29 +54,33 @@ type Mesh struct {
 	fetchMu  sync.Mutex
 	fetching map[fetchKey]bool
 
-	accMu sync.Mutex
-	acc   *quorum.Acceptor // nil on a node that does not vote
-
 	// combMu guards the callers of drive waiting for the driver.
 	combMu  sync.Mutex
 	driving bool
 	pending []driveWaiter
 
-	propMu  sync.Mutex
-	prop    *quorum.Proposer
+	// The protocol: the node, driven under nodeMu (engine.go), and what
+	// waits on it.
+	nodeMu  sync.Mutex
+	node    *quorum.Node
+	voting  atomic.Pointer[quorum.VotingState] // as the node last said
 	rand    *rand.Rand
 	waiters map[quorum.OpID]chan outcome
 	leases  map[string]*Lease
+	// Requests received from the network wait for the node's answer in
+	// replies, by the Ref they were given (engine.go, ask).
+	nextRef atomic.Uint64
+	replies sync.Map
 
 	started chan struct{} // closed when New is done
 	// observe, when a test sets it, sees every operation result
-	// (internal ones included) under propMu.
+	// (internal ones included) under nodeMu.
 	observe func(quorum.OpResult)
 
 	outbox outboxes // requests waiting for a free call, per voter
 
 	kick      chan struct{}
-	armed     time.Duration // when the timer loop will next tick (propMu)
+	armed     time.Duration // when the timer loop will next tick (nodeMu)
 	closed    chan struct{}
 	leaving   atomic.Bool // Leave has begun: no new acquire
 	bootRetry atomic.Bool // a retry of maybeBootstrap is pending
@@ -243,39 +247,33 @@ func (m *Mesh) setup(vs quorum.Membership) error {
 	if m.current.Load() != nil {
 		return nil
 	}
-	if err := vs.Validate(); err != nil {
-		return err
-	}
-	if vs.IsVoter(m.name) {
-		m.accMu.Lock()
-		err := m.newAcceptor(vs)
-		m.accMu.Unlock()
-		if err != nil {
-			return err
-		}
-	}
-	prop, err := quorum.NewProposer(quorum.ProposerConfig{
+	rt := m.cfg.roundTimeout()
+	node, err := quorum.NewNode(quorum.NodeConfig{
 		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
-		Rand: rand.New(rand.NewSource(m.rand.Int63())), RoundTimeout: m.cfg.roundTimeout(),
-		Drift: m.cfg.Timing.Drift,
+		Rand: rand.New(rand.NewSource(m.rand.Int63())), RoundTimeout: rt, Drift: m.cfg.Timing.Drift,
+		MaxTTL: m.cfg.maxTTL(), Quarantine: m.quarantine(), CatchUpBuckets: 64,
+		RetryInterval: 2 * rt, HandoffGrace: 2 * rt,
 	})
 	if err != nil {
 		return err
 	}
-	m.propMu.Lock()
-	m.prop = prop
-	m.current.Store(&vs)
-	m.propMu.Unlock()
-	m.metaMu.Lock()
-	m.meta.Config = vs.ID
-	m.metaMu.Unlock()
-	m.log.Info("voter configuration", "version", vs.Version(), "voters", vs.Voters, "pending", vs.Pending)
+	m.nodeMu.Lock()
+	m.node = node
+	m.nodeMu.Unlock()
+	// The node's first Ready reports its configuration and voting state
+	// (configChanged, votingChanged).
+	m.drive(nil)
 	close(m.ready)
-	if m.ml != nil {
-		go m.publishMeta()
-	}
-	m.kickTimer()
 	return nil
+}
+
+// quarantine is how long a restarted voter of this node's settings stays
+// out of the vote at least: until every lease it may have accepted has
+// ended (it may stay out longer if other voters report longer leases).
+func (m *Mesh) quarantine() time.Duration {
+	timing := m.cfg.Timing
+	timing.TTL = m.cfg.maxTTL()
+	return timing.Quarantine()
 }
 
 // publishMeta gossips this node's current metadata.
@@ -392,21 +390,21 @@ func (m *Mesh) Leave(ctx context.Context) error {
 	// meanwhile is given back by the proposer (as for any cancelled
 	// acquire), so that no lease outlives the leave.
 	m.leaving.Store(true)
-	m.propMu.Lock()
-	if m.prop != nil {
+	m.nodeMu.Lock()
+	if m.node != nil {
 		ids := make([]quorum.OpID, 0, len(m.waiters))
 		for id := range m.waiters {
 			ids = append(ids, id)
 		}
 		for _, id := range ids {
-			m.prop.Cancel(id) // only acquires are cancelled
+			m.node.Cancel(id) // only acquires are cancelled
 		}
 	}
 	held := make([]*Lease, 0, len(m.leases))
 	for _, l := range m.leases {
 		held = append(held, l)
 	}
-	m.propMu.Unlock()
+	m.nodeMu.Unlock()
 	m.drive(nil) // send what the cancellations want sent
 	var wg sync.WaitGroup
 	errs := make([]error, len(held))
@@ -445,7 +443,7 @@ func (m *Mesh) Shutdown() error {
 		m.ml.Shutdown()
 		m.tr.Close()
 		m.wg.Wait()
-		m.propMu.Lock()
+		m.nodeMu.Lock()
 		for id, ch := range m.waiters {
 			ch <- outcome{err: ErrClosed}
 			delete(m.waiters, id)
@@ -454,7 +452,7 @@ func (m *Mesh) Shutdown() error {
 			l.end(ErrClosed)
 			delete(m.leases, k)
 		}
-		m.propMu.Unlock()
+		m.nodeMu.Unlock()
 	})
 	return nil
 }

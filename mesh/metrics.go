@@ -53,6 +53,8 @@ var metricList = []metricInfo{
 	{"rpc.malformed", counterKind, "Ballot messages or replies refused as malformed."},
 	{"rpc.unknown_peer", counterKind, "Ballot messages refused from a node gossip has not shown."},
 	{"rpc.wrong_config", counterKind, "Ballot messages refused for naming another mesh's configuration."},
+	{"rpc.wrong_incarnation", counterKind, "Ballot messages or answers refused for coming from another process than the one bound to the sender's name."},
+	{"rpc.refused_incarnation", counterKind, "Ballot connections refused for a hello of another incarnation than the one bound to the name."},
 	{"voters.changes", counterKind, "Voter changes this node ran to completion."},
 	{"voters.change_failures", counterKind, "Voter changes this node started that failed (no majority, or the outcome is unknown)."},
 	{"voters.version", gaugeKind, "Version of the voter configuration this node knows."},
@@ -61,6 +63,11 @@ var metricList = []metricInfo{
 	{"gossip.bad_meta", counterKind, "Gossip members ignored for undecodable metadata."},
 	{"gossip.refused.key", counterKind, "Gossip dropped for another gossip key, or none."},
 	{"gossip.refused.label", counterKind, "Gossip dropped for another gossip label, or none."},
+	{"gossip.refused.forged", counterKind, "Gossip alive messages refused for moving a bound name to another address."},
+	{"gossip.refused.rebind", counterKind, "Gossip alive messages of a new incarnation refused while the bound process still answers."},
+	{"gossip.name_conflict", counterKind, "Name clashes memberlist reported (two processes with one name)."},
+	{"identity.conflict", counterKind, "Two processes with one name, confirmed by a probe."},
+	{"identity.not_voting", counterKind, "Times this node stopped voting because an earlier process with its name runs."},
 	{"transport.unresponsive", counterKind, "Ballot connections given up because the peer stopped answering."},
 	{"transport.refused", counterKind, "Ballot connections closed for a fault or a limit (not idle or unresponsive ones)."},
 	{"transport.refused.plaintext", counterKind, "Ballot connections refused: the peer does not speak TLS."},
@@ -85,6 +92,7 @@ var metricList = []metricInfo{
 	{"limit.ops", counterKind, "Messages with more than MaxOpsPerMessage operations or keys."},
 	{"limit.key_length", counterKind, "Messages with a key longer than MaxKeyLength."},
 	{"limit.depth", counterKind, "Messages nested deeper than any message can be."},
+	{"limit.memory", counterKind, "Frames or replies refused for want of room in MaxBytesInFlight."},
 }
 
 // metricSlot maps, per kind, a name of metricList to its place among the
@@ -253,7 +261,7 @@ func (m *Mesh) gauge(name string, v float32) {
 	}
 }
 
-// gaugeLeases reports how many leases this node holds (propMu held).
+// gaugeLeases reports how many leases this node holds (nodeMu held).
 func (m *Mesh) gaugeLeases() {
 	m.gauge("leases.held", float32(len(m.leases)))
 }

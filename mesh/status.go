@@ -60,20 +60,15 @@ func (m *Mesh) Status() Status {
 			Voter:   voters != nil && voters.IsVoter(quorum.NodeID(p.name)),
 		})
 	}
-	m.accMu.Lock()
-	if m.acc != nil {
-		if voters != nil && voters.IsVoter(m.name) { // a removed voter keeps its acceptor, to answer
-			st.Voting = m.acc.State().String()
-		}
-		st.Acceptor = m.acc.Stats()
+	if v := m.voting.Load(); v != nil && v.Voter {
+		st.Voting = v.Acceptor.String()
 	}
-	m.accMu.Unlock()
-	m.propMu.Lock()
+	m.nodeMu.Lock()
 	st.Leases = len(m.leases)
-	if m.prop != nil {
-		st.Proposer = m.prop.Stats()
+	if m.node != nil {
+		st.Proposer, st.Acceptor = m.node.Stats()
 	}
-	m.propMu.Unlock()
+	m.nodeMu.Unlock()
 	st.Security = m.securityStatus()
 	return st
 }

@@ -132,8 +132,8 @@ func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, 
 	ch := make(chan outcome, 1)
 	var id quorum.OpID
 	var startErr error
-	m.drive(func(p *quorum.Proposer) {
-		id, startErr = p.ChangeVoters(add, inc, remove, deadline)
+	m.drive(func(n *quorum.Node) {
+		id, startErr = n.ChangeVoters(add, inc, remove, deadline)
 		if startErr == nil {
 			m.waiters[id] = ch
 		}
@@ -176,27 +176,15 @@ func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, 
 	}
 }
 
-// configChanged runs when the proposer's configuration has changed (propMu
-// held): the acceptor follows, one is made when this node has become a
-// voter, and gossip announces the new id.
-func (m *Mesh) configChanged() {
-	cur := m.prop.Membership()
+// configChanged runs when the node moved to another configuration (nodeMu
+// held): gossip announces the new id.
+func (m *Mesh) configChanged(cur quorum.Membership) {
 	if old := m.current.Load(); old != nil && old.ID == cur.ID {
 		return
 	}
 	m.current.Store(&cur)
-	m.accMu.Lock()
-	switch {
-	case m.acc != nil:
-		m.acc.Adopt(cur)
-	case cur.IsVoter(m.name):
-		if err := m.newAcceptor(cur); err != nil {
-			m.log.Error("cannot vote", "error", err)
-		}
-	}
-	voting := m.acc != nil && cur.IsVoter(m.name)
-	m.accMu.Unlock()
-	m.log.Info("voter configuration", "version", cur.Version(), "voters", cur.Voters, "pending", cur.Pending, "voting", voting)
+	m.log.Info("voter configuration", "version", cur.Version(), "voters", cur.Voters, "pending", cur.Pending,
+		"voter", cur.IsVoter(m.name))
 	m.gauge("voters.version", float32(cur.Version()))
 	m.metaMu.Lock()
 	m.meta.Config = cur.ID
@@ -207,51 +195,29 @@ func (m *Mesh) configChanged() {
 	m.kickTimer()
 }
 
-// newAcceptor makes this node's acceptor for configuration vs (accMu
-// held). The incarnation a change added starts voting at once, empty; any
-// other starts in quarantine and catches up, as after a restart.
-func (m *Mesh) newAcceptor(vs quorum.Membership) error {
-	timing := m.cfg.Timing
-	timing.TTL = m.cfg.maxTTL()
-	inc, joined := vs.JoinedAs(m.name)
-	fresh := joined && inc == m.inc
-	acc, err := quorum.NewAcceptor(quorum.AcceptorConfig{
-		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
-		MaxTTL: m.cfg.maxTTL(), Quarantine: timing.Quarantine(),
-		CatchUpBuckets: 64, RetryInterval: 2 * m.cfg.roundTimeout(),
-		HandoffGrace: 2 * m.cfg.roundTimeout(), Fresh: fresh,
-	})
-	if err != nil {
-		return err
-	}
-	m.acc = acc
-	if fresh {
-		m.log.Info("voting: added to the voters", "voters", vs.Voters)
-	} else {
-		m.log.Info("voting after a quarantine", "quarantine", timing.Quarantine(), "voters", vs.Voters)
-	}
-	return nil
-}
-
-// acceptorAdopted hands a configuration the acceptor adopted on its own (a
-// push, or a catch-up answer) to the proposer. Called without locks.
-func (m *Mesh) acceptorAdopted() {
-	m.accMu.Lock()
-	if m.acc == nil {
-		m.accMu.Unlock()
-		return
-	}
-	am := m.acc.Membership()
-	m.accMu.Unlock()
-	if cur := m.current.Load(); cur != nil && cur.Newer(am) {
-		m.drive(func(p *quorum.Proposer) { p.Adopt(am) })
+// votingChanged runs when the node's voting state changed (nodeMu held).
+func (m *Mesh) votingChanged(st quorum.VotingState) {
+	old := m.voting.Swap(&st)
+	switch {
+	case !st.Voter:
+		if old != nil && old.Voter {
+			m.log.Info("no longer a voter")
+		}
+	case st.Acceptor == quorum.Quarantined:
+		m.log.Info("voting after a quarantine", "quarantine", m.quarantine())
+	case st.Acceptor == quorum.CatchingUp:
+		m.log.Info("quarantine over; catching up from the other voters")
+	case st.Acceptor == quorum.Live && st.FloorOnly:
+		m.log.Info("voting; no majority of voters had state to catch up from (a new mesh, or most voters restarted together), so fencing tokens continue from the wall clock")
+	case st.Acceptor == quorum.Live && (old == nil || old.Acceptor != quorum.Live):
+		m.log.Info("voting")
 	}
 }
 
 // learn adopts a configuration another node reported, if newer.
 func (m *Mesh) learn(vs quorum.Membership) {
 	if cur := m.current.Load(); cur != nil && cur.Newer(vs) {
-		m.drive(func(p *quorum.Proposer) { p.Adopt(vs) })
+		m.drive(func(n *quorum.Node) { n.Adopt(vs) })
 	}
 }
 
@@ -297,74 +263,6 @@ func (m *Mesh) learnFrom(peer string, id uint64) {
 type fetchKey struct {
 	peer string
 	id   uint64
-}
-
-// sendPushes delivers configurations to nodes that are behind (propMu
-// held).
-func (m *Mesh) sendPushes(pushes []quorum.ConfigPush) {
-	for i := range pushes {
-		p := &pushes[i]
-		if p.To == m.name {
-			continue // this node's acceptor follows in configChanged
-		}
-		addr, ok := m.book.rpcAddr(string(p.To))
-		if !ok {
-			continue
-		}
-		body, err := encode(kindPush, p)
-		if err != nil {
-			continue
-		}
-		m.incr("messages.sent", 1)
-		_ = m.tr.Send(string(p.To), addr, body)
-	}
-}
-
-// sendLists asks old voters for their keys during a change (propMu held).
-func (m *Mesh) sendLists(lists []quorum.CatchUpRequest) {
-	for i := range lists {
-		req := lists[i]
-		if req.To == m.name {
-			m.accMu.Lock()
-			var resp *quorum.CatchUpResponse
-			if m.acc != nil {
-				resp = m.acc.HandleCatchUp(&req)
-			} else {
-				resp = quorum.NoAcceptorCatchUp(m.prop.Membership(), m.name, m.inc, &req)
-			}
-			m.accMu.Unlock()
-			go m.drive(func(p *quorum.Proposer) { p.HandleListResponse(resp) })
-			continue
-		}
-		addr, ok := m.book.rpcAddr(string(req.To))
-		if !ok {
-			continue
-		}
-		body, err := encode(kindCatchUp, &req)
-		if err != nil {
-			continue
-		}
-		go m.listCall(addr, req.To, body)
-	}
-}
-
-func (m *Mesh) listCall(addr string, to quorum.NodeID, body []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
-	defer cancel()
-	reply, err := m.tr.Call(ctx, string(to), addr, body)
-	if err != nil {
-		return
-	}
-	resp, err := m.lim.decodeCatchUpReply(reply)
-	if err == nil {
-		err = m.checkAnswer(to, addr, resp.From, resp.Inc)
-	}
-	if err != nil {
-		m.incr("rpc.malformed", 1)
-		m.log.Warn("bad key listing", "peer", addr, "error", err)
-		return
-	}
-	m.drive(func(p *quorum.Proposer) { p.HandleListResponse(resp) })
 }
 
 // handlePush adopts a configuration another node pushed.

@@ -536,6 +536,11 @@ type AcceptorReady struct {
 	CatchUps []CatchUpRequest
 }
 
+// hasReady reports whether Ready has anything.
+func (a *Acceptor) hasReady() bool {
+	return len(a.notify) > 0 || (a.catchUp != nil && len(a.catchUp.outbox) > 0)
+}
+
 // Ready hands out the messages the acceptor wants sent and forgets them.
 func (a *Acceptor) Ready() AcceptorReady {
 	var rd AcceptorReady

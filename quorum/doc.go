@@ -8,20 +8,29 @@
 //
 // # Driving it
 //
-//	acc, _ := quorum.NewAcceptor(quorum.AcceptorConfig{ID: "a", ...})  // a voter
-//	prop, _ := quorum.NewProposer(quorum.ProposerConfig{ID: "a", ...}) // every node
+// A Node is one node of the mesh: its proposer, its acceptor while it is a
+// voter, and the rules between the two (one configuration for both, when
+// an acceptor may start empty, the answers of a node that does not vote,
+// what the node sends itself). Like etcd's RawNode it is driven from
+// outside, one goroutine at a time:
 //
-//	id, _ := prop.Acquire("invoices/2026-11", quorum.AcquireOptions{...})
+//	n, _ := quorum.NewNode(quorum.NodeConfig{ID: "a", Membership: voters, ...})
+//
+//	id, _ := n.Acquire("invoices/2026-11", quorum.AcquireOptions{...})
 //	for {
-//		rd := prop.Ready()
-//		for _, req := range rd.Requests { send(req) }  // at most one per voter
-//		for _, res := range rd.Results { ... }         // Granted, Locked, ...
-//		for _, ev := range rd.Leases { ... }           // renewed, lost
-//		// on a response:       prop.Step(resp)
-//		// on a request:        resp := acc.HandleRequest(req)
-//		// on a notification:   prop.HandleNotify(n)
-//		// at NextTick:         prop.Tick(); acc.Tick()
+//		rd := n.Ready()
+//		for _, msg := range rd.Messages { send(msg) } // to msg.To(); a reply carries its request's Ref
+//		for _, res := range rd.Results { ... }        // Granted, Locked, ...
+//		for _, ev := range rd.Leases { ... }          // renewed, lost
+//		n.Advance(rd)
+//		// on any message from another node: n.Step(msg)
+//		// at NextTick:                       n.Tick()
 //	}
+//
+// Package mesh drives Nodes over the network; the simulator in this
+// package's tests drives the same Nodes on virtual time. The Proposer and
+// the Acceptor are the Node's halves, with APIs of their own for unit
+// tests.
 //
 // # The protocol
 //

@@ -130,8 +130,11 @@ const (
 
 // Response answers a Request, operation by operation.
 type Response struct {
-	Config  uint64   `codec:"cfg"`
-	From    NodeID   `codec:"f"`
+	Config uint64 `codec:"cfg"`
+	From   NodeID `codec:"f"`
+	// To is the request's sender. It does not travel: a response goes
+	// back on the request's call.
+	To      NodeID   `codec:"-"`
 	Inc     uint64   `codec:"inc"`
 	Status  Status   `codec:"s,omitempty"`
 	Results []Result `codec:"r"`

@@ -235,7 +235,7 @@ func (r LostReason) String() string {
 
 // Ready is what a proposer wants done: requests to send (at most one per
 // acceptor), operations that ended, and lease changes.
-type Ready struct {
+type ProposerReady struct {
 	Requests []Request
 	Results  []OpResult
 	Leases   []LeaseEvent
@@ -477,8 +477,8 @@ func (p *Proposer) Leases() int { return len(p.held) }
 
 // Ready hands out what the proposer wants sent and what happened, and
 // forgets it.
-func (p *Proposer) Ready() Ready {
-	var rd Ready
+func (p *Proposer) Ready() ProposerReady {
+	var rd ProposerReady
 	for i := range p.out {
 		if len(p.out[i].Ops) > 0 {
 			if rd.Requests == nil {

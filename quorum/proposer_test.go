@@ -249,7 +249,7 @@ func TestProposerCountsDistinctVoters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	answer := func(rd Ready, to NodeID) *Response {
+	answer := func(rd ProposerReady, to NodeID) *Response {
 		for i := range rd.Requests {
 			if rd.Requests[i].To == to {
 				return c.node(to).acc.HandleRequest(&rd.Requests[i])

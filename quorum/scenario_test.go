@@ -209,7 +209,7 @@ func (c *testCluster) release(id NodeID) {
 	c.settle()
 }
 
-func (c *testCluster) collect(n *testNode, rd Ready) {
+func (c *testCluster) collect(n *testNode, rd ProposerReady) {
 	if c.trace {
 		for _, r := range rd.Results {
 			c.t.Logf("%v %s: op %d %q %v epoch %d holder %s unknown %v internal %v", c.now, n.id, r.ID, r.Key, r.Outcome, r.Epoch, r.Holder, r.Unknown, r.Internal)

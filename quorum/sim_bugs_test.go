@@ -9,37 +9,34 @@ import (
 
 // Rules broken on purpose, to show the simulator's checkers catch each.
 
-func (s *sim) applyAcceptorBug(n *simNode) {
+// nodeFaults are the rules n's new life breaks, as simConfig.Bug says.
+func (s *sim) nodeFaults(n *simNode) nodeFaults {
+	var f nodeFaults
 	switch s.cfg.Bug {
 	case "skip-quarantine":
-		n.acc.faults.skipQuarantine = true
-	case "ballot-reuse":
-		n.acc.faults.equalPrepareOK = true
+		f.acc.skipQuarantine = true
 	case "short-quarantine":
-		n.acc.faults.ownQuarantineOnly = true
-		n.acc.faults.untimedCatchUp = true
-	}
-}
-
-func (s *sim) applyProposerBug(n *simNode) {
-	switch s.cfg.Bug {
-	case "count-messages":
-		n.prop.faults.countMessages = true
-	case "clock-after-prepare":
-		n.prop.faults.clockAtGrant = true
-	case "alive-majority":
-		n.prop.faults.aliveMajority = func() []NodeID { return s.reachableVoters(n) }
-	case "reuse-epoch":
-		n.prop.faults.noEpochFloor = true
-	case "skip-migration":
-		n.prop.faults.skipMigration = true
+		f.acc.ownQuarantineOnly, f.acc.untimedCatchUp = true, true
 	case "ballot-reuse":
-		n.prop.faults.perKeyBallots = true
+		f.acc.equalPrepareOK, f.prop.perKeyBallots = true, true
+	case "count-messages":
+		f.prop.countMessages = true
+	case "clock-after-prepare":
+		f.prop.clockAtGrant = true
+	case "alive-majority":
+		f.prop.aliveMajority = func() []NodeID { return s.reachableVoters(n) }
+	case "reuse-epoch":
+		f.prop.noEpochFloor = true
+	case "skip-migration":
+		f.prop.skipMigration = true
 	case "any-timer-locks":
-		n.prop.faults.anyTimerLocks = true
+		f.prop.anyTimerLocks = true
 	case "fast-path-any-voter":
-		n.prop.faults.fastAnyVoter = true
+		f.prop.fastAnyVoter = true
+	case "fresh-any-incarnation":
+		f.freshAnyIncarnation = true
 	}
+	return f
 }
 
 // reachableVoters is what gossip would tell n: the voters that are up and
@@ -207,7 +204,7 @@ func TestCheckerCatchesSkippedMigration(t *testing.T) {
 // Letting any incarnation of a voter that a change added vote at once with
 // an empty state: one that restarts has forgotten what it voted.
 func TestCheckerCatchesFreshRestartedVoter(t *testing.T) {
-	findViolation(t, "fresh-any-incarnation", "I1", 200, func(c *simConfig) {
+	findViolation(t, "fresh-any-incarnation", "I1|I8", 200, func(c *simConfig) {
 		c.Reconfig, c.CrashEvery = true, 400*time.Millisecond
 	})
 }

@@ -113,7 +113,7 @@ func (c *simClient) act() {
 		c.later(time.Duration(s.rand.Int63n(int64(500*time.Millisecond))), func() {
 			if c.state == cAcquiring && c.op == id {
 				s.stats.Cancels++
-				c.n.prop.Cancel(id)
+				c.n.node.Cancel(id)
 			}
 		})
 	}
@@ -123,7 +123,7 @@ func (c *simClient) act() {
 func (c *simClient) read(key string) {
 	s := c.s
 	c.key, c.called = key, s.now
-	id, err := c.n.prop.Read(key, 0)
+	id, err := c.n.node.Read(key, 0)
 	if err != nil {
 		s.failf("read %q: %v", key, err)
 		return
@@ -149,7 +149,7 @@ func (c *simClient) acquire(key string, wait bool, budget time.Duration) OpID {
 	if wait {
 		opts.Deadline = c.n.clock.Now() + budget
 	}
-	id, err := c.n.prop.Acquire(key, opts)
+	id, err := c.n.node.Acquire(key, opts)
 	if err != nil {
 		s.failf("acquire %q: %v", key, err)
 		return 0
@@ -275,7 +275,7 @@ func (c *simClient) hold() {
 func (c *simClient) release() {
 	s := c.s
 	g := c.grant
-	id, err := c.n.prop.Release(g.key, g.token)
+	id, err := c.n.node.Release(g.key, g.token)
 	if errors.Is(err, ErrNotHeld) {
 		// Lost meanwhile (the notice came while the client was busy).
 		c.idle()
@@ -314,7 +314,7 @@ func (c *simClient) crashed() {
 		// The operation never returns; its effects, if any, are its
 		// writes of unknown outcome.
 		s.check.history().Return(c.hist, qt.Output{Outcome: qt.NoQuorum}, qt.Infinity)
-		if x := c.n.prop.ops[c.op]; x != nil {
+		if x := c.n.node.prop.ops[c.op]; x != nil {
 			switch c.state {
 			case cAcquiring:
 				s.check.ghosts(c, c.key, x.attempted, 0, false)

@@ -236,8 +236,7 @@ type simNode struct {
 	up    bool
 	inc   uint64
 	clock *simClock
-	acc   *Acceptor
-	prop  *Proposer
+	node  *Node         // nil while down
 	ttl   time.Duration // this life's lease TTL (see simConfig.Retime)
 
 	tickGen uint64
@@ -274,6 +273,7 @@ type sim struct {
 
 	cut     map[[2]int]bool
 	nextInc uint64
+	nextRef uint64 // numbers the requests delivered (Message.Ref)
 	healed  bool
 	ended   bool
 
@@ -389,21 +389,20 @@ func (s *sim) start(n *simNode) {
 	n.changes = make(map[OpID]*simChange)
 	// Every node starts from its Config.Voters, the founding voters, and
 	// learns a newer configuration from the others.
-	n.acc = nil
-	n.voter = s.boot.IsVoter(n.id)
-	if n.voter {
-		s.newAcceptor(n, s.boot, false)
-	}
 	var err error
-	n.prop, err = NewProposer(ProposerConfig{
+	n.node, err = NewNode(NodeConfig{
 		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
 		MaxIdleKeys: s.cfg.MaxIdleKeys,
+		MaxTTL:      n.ttl, Quarantine: s.cfg.timingOf(n.ttl).Quarantine(), CatchUpBuckets: 4,
+		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
+		faults: s.nodeFaults(n),
 	})
 	if err != nil {
 		panic(err)
 	}
-	s.applyProposerBug(n)
+	n.node.answered = func(req *Request, resp *Response) { s.answered(n, req, resp) }
+	n.voter = n.node.Membership().IsVoter(n.id)
 	s.tracef("%s starts, incarnation %d, clock rate %.4f, TTL %v", n.id, n.inc, n.clock.rate, n.ttl)
 	if len(n.clients) == 0 {
 		for i := 0; i < s.cfg.Clients; i++ {
@@ -446,51 +445,6 @@ func (s *sim) clockRate(n *simNode) float64 {
 // retimeAt is when the roll to RetimeTTL begins (simConfig.Retime).
 func (s *sim) retimeAt() time.Duration { return s.cfg.healAt() / 3 }
 
-func (s *sim) newAcceptor(n *simNode, m Membership, fresh bool) {
-	var err error
-	n.acc, err = NewAcceptor(AcceptorConfig{
-		ID: n.id, Incarnation: n.inc, Membership: m, Clock: n.clock,
-		MaxTTL: n.ttl, Quarantine: s.cfg.timingOf(n.ttl).Quarantine(), CatchUpBuckets: 4,
-		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
-		Drift: s.cfg.Drift, Fresh: fresh,
-	})
-	if err != nil {
-		panic(err)
-	}
-	s.applyAcceptorBug(n)
-}
-
-// sync brings a node's proposer and acceptor to the newer of their two
-// configurations, as the mesh does, and gives it an acceptor when it has
-// become a voter: an empty, live one only for the incarnation the change
-// added.
-func (s *sim) sync(n *simNode) {
-	if !n.up {
-		return
-	}
-	m := n.prop.Membership()
-	if n.acc != nil && m.Newer(n.acc.Membership()) {
-		m = n.acc.Membership()
-	}
-	if n.prop.Adopt(m) {
-		s.stats.ConfigsAdopted++
-		s.tracef("%s adopts configuration %d %v pending=%v", n.id, m.ID&0xffff, m.Voters, m.Pending)
-	}
-	if n.acc != nil {
-		n.acc.Adopt(m)
-	}
-	s.noteConfig(m)
-	n.voter = m.IsVoter(n.id)
-	if n.acc == nil && n.voter {
-		inc, joined := m.JoinedAs(n.id)
-		if s.cfg.Bug == "fresh-any-incarnation" {
-			inc = n.inc // a restarted voter taken for the one that was added
-		}
-		s.newAcceptor(n, m, joined && inc == n.inc)
-		s.tracef("%s becomes a voter (fresh %v)", n.id, joined && inc == n.inc)
-	}
-}
-
 // noteConfig records a configuration some node adopted, and checks that no
 // two configurations of one era share an id (I5).
 func (s *sim) noteConfig(m Membership) {
@@ -521,15 +475,15 @@ func (s *sim) config(id uint64) (Membership, bool) {
 // it: a hint that to adopts if it is newer (every node's configuration was
 // chosen), lost or late like any message.
 func (s *sim) gossip(from, to *simNode) {
-	if !from.up || from.prop == nil {
+	if !from.up || from.node == nil {
 		return
 	}
-	m := from.prop.Membership()
+	m := from.node.Membership()
 	s.send(from, to, func() {
-		if to.prop != nil && to.prop.Adopt(m) {
-			s.stats.ConfigsAdopted++
+		if to.node != nil {
+			to.node.Adopt(m)
+			s.flush(to)
 		}
-		s.flush(to)
 	})
 }
 
@@ -553,7 +507,7 @@ func (s *sim) crash(n *simNode) {
 	s.maybeMajorityLost(n)
 	s.abandon(n)
 	n.up = false
-	n.acc, n.prop = nil, nil
+	n.node = nil
 	n.tickGen++
 	n.tickSet = false
 }
@@ -566,14 +520,14 @@ func (s *sim) abandon(n *simNode) {
 	}
 	// The proposer's own background work ends too, perhaps half done.
 	var ids []OpID
-	for id, x := range n.prop.ops {
+	for id, x := range n.node.prop.ops {
 		if x.kind == kindCleanup {
 			ids = append(ids, id)
 		}
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		x := n.prop.ops[id]
+		x := n.node.prop.ops[id]
 		for _, e := range x.attempted {
 			s.check.addGhost(x.ks.key, -1, n.holderName(), qt.Input{Kind: qt.Cleanup, Holder: n.holderName()},
 				qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: e}, n.clock.realAt(x.started), false, e)
@@ -581,62 +535,30 @@ func (s *sim) abandon(n *simNode) {
 	}
 }
 
-// flush sends what a node's state machines want sent, hands results to its
-// clients, and sets its next tick.
+// flush sends what a node wants sent, hands results to its clients, and
+// sets its next tick.
 func (s *sim) flush(n *simNode) {
-	for n.up && !s.ended {
-		s.sync(n)
-		busy := false
-		if n.acc != nil {
-			ard := n.acc.Ready()
-			for i := range ard.Notifies {
-				nt := ard.Notifies[i]
-				busy = true
-				to := s.node(nt.To)
-				s.send(n, to, func() {
-					if to.prop != nil {
-						to.prop.HandleNotify(&nt)
-						s.flush(to)
-					}
-				})
-			}
-			for i := range ard.CatchUps {
-				req := ard.CatchUps[i]
-				busy = true
-				to := s.node(req.To)
-				s.send(n, to, func() { s.handleCatchUp(to, n, &req) })
+	for n.up && !s.ended && n.node.HasReady() {
+		rd := n.node.Ready()
+		if rd.Config != nil {
+			s.noteConfig(*rd.Config)
+			n.voter = rd.Config.IsVoter(n.id)
+			s.stats.ConfigsAdopted++
+			s.tracef("%s is on configuration %d %v pending=%v", n.id, rd.Config.ID&0xffff, rd.Config.Voters, rd.Config.Pending)
+		}
+		if v := rd.Voting; v != nil {
+			s.tracef("%s voting: voter %v, acceptor %v, floor only %v", n.id, v.Voter, v.Acceptor, v.FloorOnly)
+			if v.Acceptor == Live && v.FloorOnly {
+				s.stats.FloorOnly++
 			}
 		}
-		if n.prop == nil || !n.prop.HasReady() {
-			if !busy {
-				break
+		for i := range rd.Messages {
+			msg := rd.Messages[i]
+			if msg.Kind == MsgRequest {
+				s.check.requestSent(n, &msg.Request)
 			}
-			continue
-		}
-		rd := n.prop.Ready()
-		for i := range rd.Requests {
-			req := rd.Requests[i]
-			s.check.requestSent(n, &req)
-			to := s.node(req.To)
-			s.send(n, to, func() { s.handleRequest(to, n, &req) })
-		}
-		// As the mesh does: the slice back for the next Ready, so that
-		// every run checks that nothing sent still refers to it.
-		n.prop.ReuseRequests(rd.Requests)
-		for i := range rd.Pushes {
-			push := rd.Pushes[i]
-			to := s.node(push.To)
-			s.send(n, to, func() {
-				if to.prop != nil && to.prop.Adopt(push.Members) {
-					s.stats.ConfigsAdopted++
-				}
-				s.flush(to)
-			})
-		}
-		for i := range rd.Lists {
-			req := rd.Lists[i]
-			to := s.node(req.To)
-			s.send(n, to, func() { s.handleList(to, n, &req) })
+			to := s.node(msg.To())
+			s.send(n, to, func() { s.deliver(to, msg) })
 		}
 		for _, ev := range rd.Leases {
 			s.check.leaseEvent(n, ev)
@@ -644,25 +566,74 @@ func (s *sim) flush(n *simNode) {
 		for _, res := range rd.Results {
 			s.check.result(n, res)
 		}
-		n.prop.ReuseResults(rd.Results)
+		// As the mesh does: the slices back for the next Ready, so that
+		// every run checks that nothing sent still refers to them.
+		n.node.Advance(rd)
 	}
 	s.scheduleTick(n)
+}
+
+// deliver steps a message at its addressee, a copy of its own: Step takes
+// a message's slices, and the same message may arrive twice. A request
+// gets a Ref, as the mesh gives one, for its answer to carry.
+func (s *sim) deliver(to *simNode, msg Message) {
+	if to.node == nil {
+		return
+	}
+	msg = cloneMessage(msg)
+	msg.Ref = 0
+	if msg.Kind == MsgRequest || msg.Kind == MsgCatchUp {
+		s.nextRef++
+		msg.Ref = s.nextRef
+	}
+	to.node.Step(msg)
+	s.flush(to)
+}
+
+// answered checks every answer of every node to a ballot request, its own
+// included (I5, I6), as the node gives it.
+func (s *sim) answered(n *simNode, req *Request, resp *Response) {
+	s.noteConfig(n.node.Membership()) // adopted within the step that answers
+	s.check.acceptorAnswered(n, req, resp)
+	if !s.cfg.Trace {
+		return
+	}
+	for i, op := range req.Ops {
+		if len(resp.Results) > i {
+			r := resp.Results[i]
+			s.tracef("  %s <- %s %v %q b=%v inc=%d v=%v next=%v: ok=%v why=%d p=%v a=%v v=%v rem=%v me=%d", n.id, req.From, op.Kind, op.Key, op.Ballot, op.Inc, op.Value, op.Next, r.OK, r.Reason, r.Promised, r.Accepted, r.Value, r.Remaining, r.MaxEpoch)
+		} else {
+			s.tracef("  %s <- %s %v %q: status %v", n.id, req.From, op.Kind, op.Key, resp.Status)
+		}
+	}
+}
+
+// cloneMessage copies a message and every slice in it.
+func cloneMessage(m Message) Message {
+	m.Request.Ops = slices.Clone(m.Request.Ops)
+	m.Response.Results = slices.Clone(m.Response.Results)
+	m.Response.Members = cloneMembers(m.Response.Members)
+	m.Notify.Keys = slices.Clone(m.Notify.Keys)
+	m.Notify.Promised = slices.Clone(m.Notify.Promised)
+	m.CatchUpReply.Entries = slices.Clone(m.CatchUpReply.Entries)
+	m.CatchUpReply.Members = cloneMembers(m.CatchUpReply.Members)
+	m.Push.Members = m.Push.Members.clone()
+	return m
+}
+
+func cloneMembers(m *Membership) *Membership {
+	if m == nil {
+		return nil
+	}
+	c := m.clone()
+	return &c
 }
 
 func (s *sim) scheduleTick(n *simNode) {
 	if !n.up {
 		return
 	}
-	var local time.Duration
-	ok := false
-	if t, has := n.prop.NextTick(); has {
-		local, ok = t, true
-	}
-	if n.acc != nil {
-		if t, has := n.acc.NextTick(); has && (!ok || t < local) {
-			local, ok = t, true
-		}
-	}
+	local, ok := n.node.NextTick()
 	if !ok {
 		return
 	}
@@ -678,10 +649,7 @@ func (s *sim) scheduleTick(n *simNode) {
 			return
 		}
 		n.tickSet = false
-		if n.acc != nil {
-			n.acc.Tick()
-		}
-		n.prop.Tick()
+		n.node.Tick()
 		s.flush(n)
 	})
 }
@@ -753,73 +721,6 @@ func (s *sim) delay(local bool) time.Duration {
 		d += time.Duration(s.rand.ExpFloat64() * float64(10*time.Millisecond))
 	}
 	return d
-}
-
-func (s *sim) handleRequest(to, from *simNode, req *Request) {
-	var resp *Response
-	if to.acc == nil {
-		resp = NoAcceptorResponse(to.prop.Membership(), to.id, to.inc, req)
-	} else {
-		resp = to.acc.HandleRequest(req)
-	}
-	s.check.acceptorAnswered(to, req, resp)
-	if s.cfg.Trace {
-		for i, op := range req.Ops {
-			if len(resp.Results) > i {
-				r := resp.Results[i]
-				s.tracef("  %s <- %s %v %q b=%v inc=%d v=%v next=%v: ok=%v why=%d p=%v a=%v v=%v rem=%v me=%d", to.id, from.id, op.Kind, op.Key, op.Ballot, op.Inc, op.Value, op.Next, r.OK, r.Reason, r.Promised, r.Accepted, r.Value, r.Remaining, r.MaxEpoch)
-			} else {
-				s.tracef("  %s <- %s %v %q: status %v", to.id, from.id, op.Kind, op.Key, resp.Status)
-			}
-		}
-	}
-	s.send(to, from, func() {
-		if from.prop != nil {
-			from.prop.Step(resp)
-			s.flush(from)
-		}
-	})
-	s.flush(to)
-}
-
-func (s *sim) handleCatchUp(to, from *simNode, req *CatchUpRequest) {
-	var resp *CatchUpResponse
-	if to.acc == nil {
-		resp = NoAcceptorCatchUp(to.prop.Membership(), to.id, to.inc, req)
-	} else {
-		resp = to.acc.HandleCatchUp(req)
-	}
-	s.send(to, from, func() {
-		if from.acc != nil {
-			was := from.acc.State()
-			from.acc.HandleCatchUpResponse(resp)
-			if was != Live && from.acc.State() == Live {
-				s.tracef("%s is live again (floor only: %v)", from.id, from.acc.FloorOnly())
-				if from.acc.FloorOnly() {
-					s.stats.FloorOnly++
-				}
-			}
-			s.flush(from)
-		}
-	})
-	s.flush(to)
-}
-
-// handleList answers a key listing of a voter change.
-func (s *sim) handleList(to, from *simNode, req *CatchUpRequest) {
-	var resp *CatchUpResponse
-	if to.acc == nil {
-		resp = NoAcceptorCatchUp(to.prop.Membership(), to.id, to.inc, req)
-	} else {
-		resp = to.acc.HandleCatchUp(req)
-	}
-	s.send(to, from, func() {
-		if from.prop != nil {
-			from.prop.HandleListResponse(resp)
-			s.flush(from)
-		}
-	})
-	s.flush(to)
 }
 
 // Faults.
@@ -947,7 +848,7 @@ func (s *sim) crashOne() {
 		notLive := 0
 		for _, id := range m.Voters {
 			v := s.node(id)
-			if !v.up || v.acc == nil || v.acc.State() != Live || !v.acc.Membership().IsVoter(v.id) {
+			if !v.up || v.node.acc == nil || v.node.acc.State() != Live || !v.node.acc.Membership().IsVoter(v.id) {
 				notLive++
 			}
 		}
@@ -975,7 +876,7 @@ func (s *sim) maybeMajorityLost(n *simNode) {
 	lost := 1
 	for _, id := range s.m.Voters {
 		v := s.node(id)
-		if v != n && (!v.up || v.acc == nil || v.acc.State() != Live) {
+		if v != n && (!v.up || v.node.acc == nil || v.node.acc.State() != Live) {
 			lost++
 		}
 	}

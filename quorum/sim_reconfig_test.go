@@ -20,10 +20,10 @@ func (s *sim) reconfigure() {
 		return
 	}
 	n := s.randomUp(nil)
-	if n == nil || n.prop.chg != nil {
+	if n == nil || n.node.prop.chg != nil {
 		return
 	}
-	cur := n.prop.Membership()
+	cur := n.node.Membership()
 	lo, hi := max(s.cfg.Voters-1, 2), s.cfg.Voters+1
 	add := len(cur.Voters) < lo || (len(cur.Voters) < hi && s.rand.Intn(2) == 0)
 	ch := &simChange{}
@@ -65,7 +65,7 @@ func (s *sim) reconfigure() {
 		}
 		s.stats.Removes++
 	}
-	id, err := n.prop.ChangeVoters(ch.add, addInc, ch.remove, n.prop.clock.Now()+3*time.Second)
+	id, err := n.node.ChangeVoters(ch.add, addInc, ch.remove, n.clock.Now()+3*time.Second)
 	if err != nil {
 		s.failf("%s refused to start a change: %v", n.id, err)
 		return

@@ -1,0 +1,518 @@
+package quorum
+
+import (
+	"fmt"
+	"math/rand"
+	"time"
+)
+
+// A Node is everything one node of a mesh decides that is not I/O: its
+// proposer, its acceptor when it is a voter, and the rules between the two
+// that used to live in the driver:
+//
+//   - both halves are on one voter configuration, the newest either has
+//     adopted (every configuration either adopts was chosen);
+//   - a node that a configuration makes a voter gets an acceptor: empty and
+//     voting at once only for the incarnation a change added (it never voted
+//     before), quarantined and caught up for any other;
+//   - a node with no acceptor, or whose acceptor is silenced, answers
+//     ballots and catch-ups as a node that does not vote, with the
+//     configuration it knows;
+//   - what the node sends itself never leaves it.
+//
+// Like etcd's RawNode it is driven from outside, by one goroutine at a time:
+// Step takes every message, Tick the time, the operation methods the
+// caller's requests, and Ready hands out what to send and what happened;
+// Advance gives Ready's slices back. The mesh drives it over the network;
+// the simulator drives the same code on virtual time.
+type Node struct {
+	cfg   NodeConfig
+	id    NodeID
+	inc   uint64
+	prop  *Proposer
+	acc   *Acceptor // nil while not a voter
+	m     Membership
+	quiet bool // Silence
+
+	out     []Message // replies and acceptor messages waiting for Ready
+	spare   readyBuffers
+	changed bool // m changed since the last Ready
+	state   VotingState
+	// answered, when a test sets it, sees every ballot request the node
+	// answers (its own included) and the answer.
+	answered func(req *Request, resp *Response)
+}
+
+// NodeConfig configures a Node. The proposer's and the acceptor's settings
+// are as in ProposerConfig and AcceptorConfig.
+type NodeConfig struct {
+	ID          NodeID
+	Incarnation uint64
+	// Membership is the configuration to start from: the founding voters,
+	// or one learned from another node.
+	Membership Membership
+	Clock      Clock
+	Rand       *rand.Rand
+
+	RoundTimeout   time.Duration
+	Backoff        time.Duration
+	CleanupTimeout time.Duration
+	Drift          float64
+	MaxIdleKeys    int
+
+	MaxTTL         time.Duration
+	Quarantine     time.Duration
+	CatchUpBuckets uint32
+	RetryInterval  time.Duration
+	HandoffGrace   time.Duration
+
+	// faults break the protocol on purpose, in tests only.
+	faults nodeFaults
+}
+
+// nodeFaults are the rules a test breaks on purpose in every proposer and
+// acceptor the node makes.
+type nodeFaults struct {
+	prop                proposerFaults
+	acc                 acceptorFaults
+	freshAnyIncarnation bool // a restarted voter taken for the incarnation a change added
+}
+
+// MessageKind says which payload a Message carries.
+type MessageKind uint8
+
+const (
+	// MsgRequest carries ballot operations for an acceptor; it is
+	// answered by a MsgResponse.
+	MsgRequest MessageKind = iota + 1
+	MsgResponse
+	// MsgNotify tells a proposer that keys it waits for are free.
+	MsgNotify
+	// MsgCatchUp asks a voter for its registers (a recovering acceptor) or
+	// its keys (a voter change, CatchUpRequest.List); answered by a
+	// MsgCatchUpReply.
+	MsgCatchUp
+	MsgCatchUpReply
+	// MsgPush carries a chosen configuration to a node that is behind.
+	MsgPush
+)
+
+func (k MessageKind) String() string {
+	switch k {
+	case MsgRequest:
+		return "request"
+	case MsgResponse:
+		return "response"
+	case MsgNotify:
+		return "notify"
+	case MsgCatchUp:
+		return "catch-up"
+	case MsgCatchUpReply:
+		return "catch-up reply"
+	case MsgPush:
+		return "push"
+	}
+	return "message?"
+}
+
+// Message is everything nodes send each other: the payload its Kind names.
+// A request and its reply are matched by Ref, which the driver sets on a
+// request it received and the node copies onto the reply; the node's own
+// messages have Ref zero. Payloads move: Step takes the slices of the
+// message it is given (the caller must not use them afterwards), and the
+// messages Ready hands out are the caller's.
+type Message struct {
+	Kind         MessageKind
+	Ref          uint64
+	Request      Request
+	Response     Response
+	Notify       Notify
+	CatchUp      CatchUpRequest
+	CatchUpReply CatchUpResponse
+	Push         ConfigPush
+}
+
+// From is the message's sender.
+func (m *Message) From() NodeID {
+	switch m.Kind {
+	case MsgRequest:
+		return m.Request.From
+	case MsgResponse:
+		return m.Response.From
+	case MsgNotify:
+		return m.Notify.From
+	case MsgCatchUp:
+		return m.CatchUp.From
+	case MsgCatchUpReply:
+		return m.CatchUpReply.From
+	case MsgPush:
+		return m.Push.From
+	}
+	return ""
+}
+
+// To is the message's addressee.
+func (m *Message) To() NodeID {
+	switch m.Kind {
+	case MsgRequest:
+		return m.Request.To
+	case MsgResponse:
+		return m.Response.To
+	case MsgNotify:
+		return m.Notify.To
+	case MsgCatchUp:
+		return m.CatchUp.To
+	case MsgCatchUpReply:
+		return m.CatchUpReply.To
+	case MsgPush:
+		return m.Push.To
+	}
+	return ""
+}
+
+// Ready is what a node wants done and what happened since the last Ready.
+type Ready struct {
+	// Messages are to send, each to its To; replies carry the Ref of the
+	// request they answer.
+	Messages []Message
+	Results  []OpResult
+	Leases   []LeaseEvent
+	// Config is the node's configuration when it changed since the last
+	// Ready (nil otherwise): announce it, and log it.
+	Config *Membership
+	// Voting is the node's voting state when it changed (nil otherwise).
+	Voting *VotingState
+}
+
+// VotingState says whether and how the node votes.
+type VotingState struct {
+	// Voter: the configuration names this node. Acceptor is its
+	// acceptor's state (meaningful for a voter).
+	Voter    bool
+	Acceptor AcceptorState
+	// FloorOnly: the acceptor went live after the voters of a majority
+	// had lost their state together; tokens then rest on the wall clock.
+	FloorOnly bool
+	// Silenced: the node answers as a non-voter (Node.Silence).
+	Silenced bool
+}
+
+// readyBuffers are the slices of an earlier Ready, given back by Advance.
+type readyBuffers struct {
+	msgs    []Message
+	results []OpResult
+	leases  []LeaseEvent
+}
+
+// NewNode returns a node on cfg.Membership, with an acceptor if it names
+// the node as a voter.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if err := cfg.Membership.Validate(); err != nil {
+		return nil, err
+	}
+	p, err := NewProposer(ProposerConfig{
+		ID: cfg.ID, Incarnation: cfg.Incarnation, Membership: cfg.Membership, Clock: cfg.Clock,
+		Rand: cfg.Rand, RoundTimeout: cfg.RoundTimeout, Backoff: cfg.Backoff, Drift: cfg.Drift,
+		CleanupTimeout: cfg.CleanupTimeout, MaxIdleKeys: cfg.MaxIdleKeys,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.faults = cfg.faults.prop
+	n := &Node{cfg: cfg, id: cfg.ID, inc: cfg.Incarnation, prop: p, m: cfg.Membership.clone(), changed: true}
+	if err := n.maybeVote(); err != nil {
+		return nil, err
+	}
+	return n, nil // the first Ready reports the configuration and the voting state
+}
+
+// maybeVote makes the node's acceptor when its configuration has made it a
+// voter. Only the incarnation that a change added may start empty and vote
+// at once: it never voted before (a voter's name is never reused). Any other
+// may have voted in an earlier life and forgotten it.
+func (n *Node) maybeVote() error {
+	if n.acc != nil || !n.m.IsVoter(n.id) {
+		return nil
+	}
+	inc, joined := n.m.JoinedAs(n.id)
+	if n.cfg.faults.freshAnyIncarnation {
+		inc = n.inc
+	}
+	a, err := NewAcceptor(AcceptorConfig{
+		ID: n.id, Incarnation: n.inc, Membership: n.m, Clock: n.cfg.Clock,
+		MaxTTL: n.cfg.MaxTTL, Quarantine: n.cfg.Quarantine, CatchUpBuckets: n.cfg.CatchUpBuckets,
+		RetryInterval: n.cfg.RetryInterval, HandoffGrace: n.cfg.HandoffGrace, Drift: n.cfg.Drift,
+		Fresh: joined && inc == n.inc,
+	})
+	if err != nil {
+		return fmt.Errorf("quorum: %s cannot vote: %w", n.id, err)
+	}
+	a.faults = n.cfg.faults.acc
+	n.acc = a
+	return nil
+}
+
+// sync brings the proposer and the acceptor to the newer of their
+// configurations (each adopts only a newer one of its cluster), and makes
+// the acceptor if the node has become a voter.
+func (n *Node) sync() {
+	m := n.prop.Membership()
+	if n.acc != nil && m.Newer(n.acc.Membership()) {
+		m = n.acc.Membership()
+	}
+	n.prop.Adopt(m)
+	if n.acc != nil {
+		n.acc.Adopt(m)
+	}
+	if m.ID != n.m.ID {
+		n.m = m.clone()
+		n.changed = true
+	}
+	if err := n.maybeVote(); err != nil {
+		// Only a configuration that passed Validate gets here, and the
+		// node's own settings were checked by NewNode: unreachable.
+		panic(err)
+	}
+}
+
+// Membership is the configuration the node is on.
+func (n *Node) Membership() Membership { return n.m }
+
+// Voting reports whether and how the node votes.
+func (n *Node) Voting() VotingState { return n.votingState() }
+
+func (n *Node) votingState() VotingState {
+	st := VotingState{Voter: n.m.IsVoter(n.id), Silenced: n.quiet}
+	if n.acc != nil {
+		st.Acceptor, st.FloorOnly = n.acc.State(), n.acc.FloorOnly()
+	}
+	return st
+}
+
+// Silence makes the node answer as one that does not vote (quiet), or vote
+// again. The mesh silences a node that found an earlier process of its name
+// still running, so that the two never count as two votes.
+func (n *Node) Silence(quiet bool) { n.quiet = quiet }
+
+// Proposer and Acceptor give tests and status pages the node's halves
+// (Acceptor is nil while the node is not a voter). Drive the node, not
+// them.
+func (n *Node) Proposer() *Proposer { return n.prop }
+func (n *Node) Acceptor() *Acceptor { return n.acc }
+
+// Adopt switches the node to m if it is a newer configuration of its
+// cluster (learned from gossip, say), and reports whether it did. Only a
+// chosen configuration may be adopted.
+func (n *Node) Adopt(m Membership) bool {
+	ok := n.prop.Adopt(m)
+	n.sync()
+	return ok
+}
+
+// Acquire, Release, Read, Cancel and ChangeVoters start the proposer's
+// operations (see Proposer); results come through Ready.
+func (n *Node) Acquire(key string, o AcquireOptions) (OpID, error) { return n.prop.Acquire(key, o) }
+func (n *Node) Release(key string, epoch uint64) (OpID, error)     { return n.prop.Release(key, epoch) }
+func (n *Node) Read(key string, deadline time.Duration) (OpID, error) {
+	return n.prop.Read(key, deadline)
+}
+func (n *Node) Cancel(id OpID) { n.prop.Cancel(id) }
+func (n *Node) ChangeVoters(add NodeID, addInc uint64, remove NodeID, deadline time.Duration) (OpID, error) {
+	return n.prop.ChangeVoters(add, addInc, remove, deadline)
+}
+
+// Holds reports the lease this node holds on key, if any.
+func (n *Node) Holds(key string) (epoch uint64, deadline time.Duration, ok bool) {
+	return n.prop.Holds(key)
+}
+
+// Step takes a message from another node.
+func (n *Node) Step(msg Message) {
+	switch msg.Kind {
+	case MsgRequest:
+		req := &msg.Request
+		resp := n.answer(req)
+		resp.To = req.From
+		n.reply(msg.Ref, Message{Kind: MsgResponse, Response: *resp})
+		RecycleOps(req.Ops)
+	case MsgResponse:
+		n.prop.Step(&msg.Response)
+		RecycleResults(msg.Response.Results)
+	case MsgNotify:
+		n.prop.HandleNotify(&msg.Notify)
+	case MsgCatchUp:
+		n.reply(msg.Ref, Message{Kind: MsgCatchUpReply, CatchUpReply: *n.answerCatchUp(&msg.CatchUp)})
+	case MsgCatchUpReply:
+		n.takeCatchUpReply(&msg.CatchUpReply)
+	case MsgPush:
+		n.prop.learn(msg.Push.From, msg.Push.Members)
+	}
+	n.sync()
+}
+
+func (n *Node) reply(ref uint64, msg Message) {
+	msg.Ref = ref
+	n.out = append(n.out, msg)
+}
+
+// answer is the node's answer to a ballot request: its acceptor's, or, with
+// none (or silenced), that of a node that does not vote.
+func (n *Node) answer(req *Request) *Response {
+	var resp *Response
+	if n.acc == nil || n.quiet {
+		resp = NoAcceptorResponse(n.m, n.id, n.inc, req)
+	} else {
+		resp = n.acc.HandleRequest(req)
+	}
+	if n.answered != nil {
+		n.answered(req, resp)
+	}
+	return resp
+}
+
+// answerCatchUp answers a catch-up or a key listing, like answer.
+func (n *Node) answerCatchUp(req *CatchUpRequest) *CatchUpResponse {
+	if n.acc == nil || n.quiet {
+		return NoAcceptorCatchUp(n.m, n.id, n.inc, req)
+	}
+	return n.acc.HandleCatchUp(req)
+}
+
+// takeCatchUpReply routes a catch-up answer: a key listing to the proposer
+// changing the voters, a register transfer to the recovering acceptor.
+func (n *Node) takeCatchUpReply(resp *CatchUpResponse) {
+	switch {
+	case resp.List:
+		n.prop.HandleListResponse(resp)
+	case n.acc != nil:
+		n.acc.HandleCatchUpResponse(resp)
+	}
+}
+
+// Tick runs every timer that is due.
+func (n *Node) Tick() {
+	if n.acc != nil {
+		n.acc.Tick()
+	}
+	n.prop.Tick()
+	n.sync()
+}
+
+// NextTick is the earliest time at which Tick has work, or false when it has
+// none until a message or a call comes.
+func (n *Node) NextTick() (time.Duration, bool) {
+	at, ok := n.prop.NextTick()
+	if n.acc != nil {
+		if t, has := n.acc.NextTick(); has && (!ok || t < at) {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// HasReady reports whether Ready has anything.
+func (n *Node) HasReady() bool {
+	return len(n.out) > 0 || n.changed || n.votingState() != n.state || n.prop.HasReady() ||
+		(n.acc != nil && n.acc.hasReady())
+}
+
+// Ready hands out what the node wants sent and what happened, and forgets
+// it. What the node sends itself is delivered before Ready returns.
+func (n *Node) Ready() Ready {
+	rd := Ready{Messages: n.spare.msgs[:0], Results: n.spare.results[:0], Leases: n.spare.leases[:0]}
+	n.spare = readyBuffers{}
+	for {
+		moved := len(n.out) > 0
+		rd.Messages = append(rd.Messages, n.out...)
+		clear(n.out)
+		n.out = n.out[:0]
+		if n.prop.HasReady() {
+			moved = true
+			n.proposerReady(&rd)
+		}
+		if n.acc != nil && n.acc.hasReady() {
+			moved = true
+			n.acceptorReady(&rd)
+		}
+		n.sync()
+		if !moved {
+			break
+		}
+	}
+	if n.changed {
+		m := n.m.clone()
+		rd.Config, n.changed = &m, false
+	}
+	if st := n.votingState(); st != n.state {
+		n.state = st
+		rd.Voting = &st
+	}
+	return rd
+}
+
+// proposerReady adds what the proposer wants done to rd, and answers what it
+// sends this node.
+func (n *Node) proposerReady(rd *Ready) {
+	prd := n.prop.Ready()
+	rd.Results = append(rd.Results, prd.Results...)
+	rd.Leases = append(rd.Leases, prd.Leases...)
+	n.prop.ReuseResults(prd.Results)
+	for i := range prd.Requests {
+		req := &prd.Requests[i]
+		if req.To != n.id {
+			rd.Messages = append(rd.Messages, Message{Kind: MsgRequest, Request: *req})
+			continue
+		}
+		resp := n.answer(req)
+		n.prop.Step(resp)
+		RecycleResults(resp.Results)
+		RecycleOps(req.Ops)
+	}
+	n.prop.ReuseRequests(prd.Requests)
+	for i := range prd.Pushes {
+		if prd.Pushes[i].To != n.id { // this node's acceptor follows in sync
+			rd.Messages = append(rd.Messages, Message{Kind: MsgPush, Push: prd.Pushes[i]})
+		}
+	}
+	for i := range prd.Lists {
+		req := &prd.Lists[i]
+		if req.To != n.id {
+			rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: *req})
+			continue
+		}
+		n.prop.HandleListResponse(n.answerCatchUp(req))
+	}
+}
+
+// acceptorReady adds what the acceptor wants sent to rd; notifications to
+// this node go to its proposer.
+func (n *Node) acceptorReady(rd *Ready) {
+	ard := n.acc.Ready()
+	for i := range ard.Notifies {
+		if nt := &ard.Notifies[i]; nt.To == n.id {
+			n.prop.HandleNotify(nt)
+		} else {
+			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, Notify: *nt})
+		}
+	}
+	for i := range ard.CatchUps {
+		rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: ard.CatchUps[i]})
+	}
+}
+
+// Advance gives back the slices of a Ready the caller is done with (it has
+// sent or copied its messages and read its results), for later Readys.
+// Optional. The messages' payloads are not given back: they are the
+// caller's (see Message).
+func (n *Node) Advance(rd Ready) {
+	n.spare = readyBuffers{msgs: emptied(rd.Messages), results: emptied(rd.Results), leases: emptied(rd.Leases)}
+}
+
+// Stats returns counters of what the node's halves did.
+func (n *Node) Stats() (ProposerStats, AcceptorStats) {
+	var as AcceptorStats
+	if n.acc != nil {
+		as = n.acc.Stats()
+	}
+	return n.prop.Stats(), as
+}
