@@ -39,10 +39,17 @@ var outcomeChans = sync.Pool{New: func() any { return make(chan outcome, 1) }}
 // callers rather than once per caller, and their operations leave
 // together, one message per voter. A driver serves at most driveBatches
 // batches, then hands the role to the next waiter.
-func (m *Mesh) drive(fn func(n *quorum.Node)) {
+func (m *Mesh) drive(fn func(n *quorum.Node)) { m.run(driveWaiter{fn: fn}) }
+
+// step is drive for a message from the network: the node steps it.
+func (m *Mesh) step(msg *quorum.Message) { m.run(driveWaiter{step: msg}) }
+
+// run is drive for any work a driveWaiter can carry.
+func (m *Mesh) run(work driveWaiter) {
 	m.combMu.Lock()
 	if m.driving {
-		w := driveWaiter{fn: fn, done: make(chan bool, 1)}
+		w := work
+		w.done = make(chan bool, 1)
 		m.pending = append(m.pending, w)
 		m.combMu.Unlock()
 		if !<-w.done {
@@ -55,7 +62,7 @@ func (m *Mesh) drive(fn func(n *quorum.Node)) {
 	}
 	m.nodeMu.Lock()
 	defer m.nodeMu.Unlock()
-	m.driveLocked([]driveWaiter{{fn: fn}})
+	m.driveLocked([]driveWaiter{work})
 	for range driveBatches {
 		m.combMu.Lock()
 		batch := m.pending
@@ -82,10 +89,15 @@ func (m *Mesh) drive(fn func(n *quorum.Node)) {
 // driveBatches bounds the batches one driver runs for others.
 const driveBatches = 4
 
-// driveWaiter is a caller of drive waiting for the driver: done receives
-// false once fn has run, true when the caller is to drive itself.
+// driveWaiter is work for the driver, and its caller waiting: done receives
+// false once the work is done, true when the caller is to drive itself.
+// The work is one of: a function to run on the node (fn), a message for the
+// node to step (step), a request from the network whose answer the caller
+// waits for (in).
 type driveWaiter struct {
 	fn   func(n *quorum.Node)
+	step *quorum.Message
+	in   *inbound
 	done chan bool
 }
 
@@ -104,8 +116,14 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 	}
 	m.node.Silence(m.notVoting())
 	for _, w := range batch {
-		if w.fn != nil {
+		switch {
+		case w.fn != nil:
 			w.fn(m.node)
+		case w.step != nil:
+			m.node.Step(w.step)
+		case w.in != nil:
+			m.inbound[w.in.msg.Ref] = w.in
+			m.node.Step(&w.in.msg)
 		}
 	}
 	for m.node.HasReady() {
@@ -149,17 +167,17 @@ func (m *Mesh) send(msg *quorum.Message) {
 	}
 	switch msg.Kind {
 	case quorum.MsgRequest:
-		m.post(addr, &msg.Request)
+		m.post(addr, msg.Request)
 	case quorum.MsgNotify:
 		m.incr("messages.sent", 1)
-		_ = m.tr.Send(string(to), addr, encodeNotify(&msg.Notify))
+		_ = m.tr.Send(string(to), addr, encodeNotify(msg.Notify))
 	case quorum.MsgPush:
-		if body, err := encode(kindPush, &msg.Push); err == nil {
+		if body, err := encode(kindPush, msg.Push); err == nil {
 			m.incr("messages.sent", 1)
 			_ = m.tr.Send(string(to), addr, body)
 		}
 	case quorum.MsgCatchUp:
-		if body, err := encode(kindCatchUp, &msg.CatchUp); err == nil {
+		if body, err := encode(kindCatchUp, msg.CatchUp); err == nil {
 			go m.catchUpCall(addr, to, body)
 		}
 	}
@@ -193,7 +211,7 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 		}
 		return
 	}
-	m.drive(func(n *quorum.Node) { n.Step(quorum.Message{Kind: quorum.MsgResponse, Response: *resp}) })
+	m.step(&quorum.Message{Kind: quorum.MsgResponse, Response: resp})
 }
 
 // catchUpCall asks voter to at addr for a bucket of its registers (a
@@ -218,56 +236,57 @@ func (m *Mesh) catchUpCall(addr string, to quorum.NodeID, body []byte) {
 		}
 		return
 	}
-	m.drive(func(n *quorum.Node) { n.Step(quorum.Message{Kind: quorum.MsgCatchUpReply, CatchUpReply: *resp}) })
+	m.step(&quorum.Message{Kind: quorum.MsgCatchUpReply, CatchUpReply: resp})
 }
 
-// replySlot is where the driver leaves the encoded answer to a request that
-// the transport's handler stepped at the node (ask).
-type replySlot struct {
-	body   []byte
+// inbound is a request from the network at the node, and the answer the
+// driver leaves for its caller (ask).
+type inbound struct {
+	msg    quorum.Message
+	body   []byte // the answer, encoded
 	err    error
 	config uint64 // the answer's configuration, when it is not the request's
 }
 
-// ask steps a request received from the network at the node, and returns
-// its answer, encoded. The answer comes out of the node's Ready under the
-// request's Ref; the driver encodes it there (answered), before the
-// node's buffers are reused, and it is in the slot by the time drive
-// returns.
-func (m *Mesh) ask(msg quorum.Message) (*replySlot, error) {
+// inbounds keeps inbound records for reuse: one per request from the
+// network, given back once its answer is returned.
+var inbounds = sync.Pool{New: func() any { return new(inbound) }}
+
+// ask steps a request received from the network at the node, and leaves
+// its answer, encoded, in in. The answer comes out of the node's Ready under
+// the request's Ref; the driver encodes it there (answered), before the
+// node's buffers are reused, so it is in by the time the work is done.
+func (m *Mesh) ask(in *inbound) error {
 	if m.current.Load() == nil {
-		return nil, fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
+		return fmt.Errorf("mesh: %s has no voter configuration yet", m.name)
 	}
-	msg.Ref = m.nextRef.Add(1)
-	slot := &replySlot{}
-	m.replies.Store(msg.Ref, slot)
-	defer m.replies.Delete(msg.Ref)
-	m.drive(func(n *quorum.Node) { n.Step(msg) })
-	if slot.body == nil && slot.err == nil {
-		return nil, ErrClosed // the node is gone: no answer was made
+	in.msg.Ref = m.nextRef.Add(1)
+	m.run(driveWaiter{in: in})
+	if in.body == nil && in.err == nil {
+		return ErrClosed // the node is gone: no answer was made
 	}
-	return slot, slot.err
+	return in.err
 }
 
-// answered encodes the node's answer to a request into the request's slot
-// (driver only).
+// answered encodes the node's answer to a request from the network for its
+// caller (nodeMu held).
 func (m *Mesh) answered(msg *quorum.Message) {
-	v, ok := m.replies.Load(msg.Ref)
-	if !ok {
+	in := m.inbound[msg.Ref]
+	if in == nil {
 		return
 	}
-	slot := v.(*replySlot)
+	delete(m.inbound, msg.Ref)
 	switch msg.Kind {
 	case quorum.MsgResponse:
-		slot.body = encodeResponse(&msg.Response)
+		in.body = encodeResponse(msg.Response)
 		if msg.Response.Status == quorum.StatusWrongConfig {
-			slot.config = msg.Response.Config
+			in.config = msg.Response.Config
 		}
 		quorum.RecycleResults(msg.Response.Results)
 	case quorum.MsgCatchUpReply:
-		slot.body, slot.err = encode(kindCatchUpReply, &msg.CatchUpReply)
+		in.body, in.err = encode(kindCatchUpReply, msg.CatchUpReply)
 		if msg.CatchUpReply.Status == quorum.StatusWrongConfig {
-			slot.config = msg.CatchUpReply.Config
+			in.config = msg.CatchUpReply.Config
 		}
 	}
 }
@@ -328,32 +347,38 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 		return nil, err
 	}
 	theirs := req.Config
-	slot, err := m.ask(quorum.Message{Kind: quorum.MsgRequest, Request: *req})
+	in := inbounds.Get().(*inbound)
+	in.msg = quorum.Message{Kind: quorum.MsgRequest, Request: req}
+	err = m.ask(in)
+	body, config := in.body, in.config
+	*in = inbound{}
+	inbounds.Put(in)
 	if err != nil {
 		return nil, err
 	}
-	if slot.config != 0 {
-		m.wrongConfig(from, theirs, slot.config, "ballots")
+	if config != 0 {
+		m.wrongConfig(from, theirs, config, "ballots")
 	}
-	return slot.body, nil
+	return body, nil
 }
 
 func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
-	var req quorum.CatchUpRequest
-	if err := decode(body, kindCatchUp, &req); err != nil {
+	req := new(quorum.CatchUpRequest)
+	if err := decode(body, kindCatchUp, req); err != nil {
 		return m.refuse(from, err)
 	}
 	if string(req.From) != from {
 		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
 	}
-	slot, err := m.ask(quorum.Message{Kind: quorum.MsgCatchUp, CatchUp: req})
-	if err != nil {
+	theirs := req.Config
+	in := &inbound{msg: quorum.Message{Kind: quorum.MsgCatchUp, CatchUp: req}}
+	if err := m.ask(in); err != nil {
 		return nil, err
 	}
-	if slot.config != 0 {
-		m.wrongConfig(from, req.Config, slot.config, "a catch-up")
+	if in.config != 0 {
+		m.wrongConfig(from, theirs, in.config, "a catch-up")
 	}
-	return slot.body, nil
+	return in.body, nil
 }
 
 // wrongConfig counts and reports a message of another configuration. One
@@ -393,7 +418,7 @@ func (h handler) HandleMessage(from string, body []byte) {
 		}
 		return
 	}
-	m.drive(func(node *quorum.Node) { node.Step(quorum.Message{Kind: quorum.MsgNotify, Notify: *n}) })
+	m.step(&quorum.Message{Kind: quorum.MsgNotify, Notify: n})
 }
 
 // timerLoop ticks the node when its timers are due.

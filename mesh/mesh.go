@@ -68,9 +68,9 @@ type Mesh struct {
 	waiters map[quorum.OpID]chan outcome
 	leases  map[string]*Lease
 	// Requests received from the network wait for the node's answer in
-	// replies, by the Ref they were given (engine.go, ask).
+	// inbound, by the Ref they were given (nodeMu; engine.go, ask).
 	nextRef atomic.Uint64
-	replies sync.Map
+	inbound map[uint64]*inbound
 
 	started chan struct{} // closed when New is done
 	// observe, when a test sets it, sees every operation result
@@ -105,6 +105,7 @@ func New(cfg *Config) (*Mesh, error) {
 		lim:      c.limits(),
 		ready:    make(chan struct{}),
 		waiters:  make(map[quorum.OpID]chan outcome),
+		inbound:  make(map[uint64]*inbound),
 		fetching: make(map[fetchKey]bool),
 		leases:   make(map[string]*Lease),
 		kick:     make(chan struct{}, 1),

@@ -32,9 +32,11 @@ type Node struct {
 	prop  *Proposer
 	acc   *Acceptor // nil while not a voter
 	m     Membership
+	voter bool // m names this node
 	quiet bool // Silence
 
-	out     []Message // replies and acceptor messages waiting for Ready
+	out     []Message   // replies waiting for Ready
+	held    [][]Request // the proposer's request slices, until Advance
 	spare   readyBuffers
 	changed bool // m changed since the last Ready
 	state   VotingState
@@ -115,21 +117,24 @@ func (k MessageKind) String() string {
 	return "message?"
 }
 
-// Message is everything nodes send each other: the payload its Kind names.
-// A request and its reply are matched by Ref, which the driver sets on a
-// request it received and the node copies onto the reply; the node's own
-// messages have Ref zero. Payloads move: Step takes the slices of the
-// message it is given (the caller must not use them afterwards), and the
-// messages Ready hands out are the caller's.
+// Message is everything nodes send each other: the payload its Kind names,
+// the others nil. A request and its reply are matched by Ref, which the
+// driver sets on a request it received and the node copies onto the reply;
+// the node's own messages have Ref zero.
+//
+// Payloads move. Step takes the message it is given, slices and all: the
+// caller must not use them afterwards. The messages of a Ready are the
+// caller's until it calls Advance; a payload that must live longer is to be
+// copied (its slices may be kept).
 type Message struct {
 	Kind         MessageKind
 	Ref          uint64
-	Request      Request
-	Response     Response
-	Notify       Notify
-	CatchUp      CatchUpRequest
-	CatchUpReply CatchUpResponse
-	Push         ConfigPush
+	Request      *Request
+	Response     *Response
+	Notify       *Notify
+	CatchUp      *CatchUpRequest
+	CatchUpReply *CatchUpResponse
+	Push         *ConfigPush
 }
 
 // From is the message's sender.
@@ -220,6 +225,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	p.faults = cfg.faults.prop
 	n := &Node{cfg: cfg, id: cfg.ID, inc: cfg.Incarnation, prop: p, m: cfg.Membership.clone(), changed: true}
+	n.voter = n.m.IsVoter(n.id)
 	if err := n.maybeVote(); err != nil {
 		return nil, err
 	}
@@ -231,7 +237,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 // at once: it never voted before (a voter's name is never reused). Any other
 // may have voted in an earlier life and forgotten it.
 func (n *Node) maybeVote() error {
-	if n.acc != nil || !n.m.IsVoter(n.id) {
+	if n.acc != nil || !n.voter {
 		return nil
 	}
 	inc, joined := n.m.JoinedAs(n.id)
@@ -256,6 +262,9 @@ func (n *Node) maybeVote() error {
 // configurations (each adopts only a newer one of its cluster), and makes
 // the acceptor if the node has become a voter.
 func (n *Node) sync() {
+	if n.prop.m.ID == n.m.ID && (n.acc == nil || n.acc.m.ID == n.m.ID) {
+		return // the common case: nothing changed (and the acceptor, if due, exists)
+	}
 	m := n.prop.Membership()
 	if n.acc != nil && m.Newer(n.acc.Membership()) {
 		m = n.acc.Membership()
@@ -266,6 +275,7 @@ func (n *Node) sync() {
 	}
 	if m.ID != n.m.ID {
 		n.m = m.clone()
+		n.voter = n.m.IsVoter(n.id)
 		n.changed = true
 	}
 	if err := n.maybeVote(); err != nil {
@@ -282,7 +292,7 @@ func (n *Node) Membership() Membership { return n.m }
 func (n *Node) Voting() VotingState { return n.votingState() }
 
 func (n *Node) votingState() VotingState {
-	st := VotingState{Voter: n.m.IsVoter(n.id), Silenced: n.quiet}
+	st := VotingState{Voter: n.voter, Silenced: n.quiet}
 	if n.acc != nil {
 		st.Acceptor, st.FloorOnly = n.acc.State(), n.acc.FloorOnly()
 	}
@@ -326,34 +336,31 @@ func (n *Node) Holds(key string) (epoch uint64, deadline time.Duration, ok bool)
 	return n.prop.Holds(key)
 }
 
-// Step takes a message from another node.
-func (n *Node) Step(msg Message) {
+// Step takes a message from another node (see Message for who owns what).
+func (n *Node) Step(msg *Message) {
 	switch msg.Kind {
 	case MsgRequest:
-		req := &msg.Request
+		req := msg.Request
 		resp := n.answer(req)
 		resp.To = req.From
-		n.reply(msg.Ref, Message{Kind: MsgResponse, Response: *resp})
+		n.reply(Message{Kind: MsgResponse, Ref: msg.Ref, Response: resp})
 		RecycleOps(req.Ops)
 	case MsgResponse:
-		n.prop.Step(&msg.Response)
+		n.prop.Step(msg.Response)
 		RecycleResults(msg.Response.Results)
 	case MsgNotify:
-		n.prop.HandleNotify(&msg.Notify)
+		n.prop.HandleNotify(msg.Notify)
 	case MsgCatchUp:
-		n.reply(msg.Ref, Message{Kind: MsgCatchUpReply, CatchUpReply: *n.answerCatchUp(&msg.CatchUp)})
+		n.reply(Message{Kind: MsgCatchUpReply, Ref: msg.Ref, CatchUpReply: n.answerCatchUp(msg.CatchUp)})
 	case MsgCatchUpReply:
-		n.takeCatchUpReply(&msg.CatchUpReply)
+		n.takeCatchUpReply(msg.CatchUpReply)
 	case MsgPush:
 		n.prop.learn(msg.Push.From, msg.Push.Members)
 	}
 	n.sync()
 }
 
-func (n *Node) reply(ref uint64, msg Message) {
-	msg.Ref = ref
-	n.out = append(n.out, msg)
-}
+func (n *Node) reply(msg Message) { n.out = append(n.out, msg) }
 
 // answer is the node's answer to a ballot request: its acceptor's, or, with
 // none (or silenced), that of a node that does not vote.
@@ -421,6 +428,7 @@ func (n *Node) HasReady() bool {
 func (n *Node) Ready() Ready {
 	rd := Ready{Messages: n.spare.msgs[:0], Results: n.spare.results[:0], Leases: n.spare.leases[:0]}
 	n.spare = readyBuffers{}
+	n.held = n.held[:0] // an earlier Ready not advanced: its requests stay with its caller
 	for {
 		moved := len(n.out) > 0
 		rd.Messages = append(rd.Messages, n.out...)
@@ -460,24 +468,27 @@ func (n *Node) proposerReady(rd *Ready) {
 	for i := range prd.Requests {
 		req := &prd.Requests[i]
 		if req.To != n.id {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgRequest, Request: *req})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgRequest, Request: req})
 			continue
 		}
 		resp := n.answer(req)
 		n.prop.Step(resp)
 		RecycleResults(resp.Results)
 		RecycleOps(req.Ops)
+		req.Ops = nil
 	}
-	n.prop.ReuseRequests(prd.Requests)
+	if prd.Requests != nil {
+		n.held = append(n.held, prd.Requests) // pointed into until Advance
+	}
 	for i := range prd.Pushes {
 		if prd.Pushes[i].To != n.id { // this node's acceptor follows in sync
-			rd.Messages = append(rd.Messages, Message{Kind: MsgPush, Push: prd.Pushes[i]})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgPush, Push: &prd.Pushes[i]})
 		}
 	}
 	for i := range prd.Lists {
 		req := &prd.Lists[i]
 		if req.To != n.id {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: *req})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: req})
 			continue
 		}
 		n.prop.HandleListResponse(n.answerCatchUp(req))
@@ -492,11 +503,11 @@ func (n *Node) acceptorReady(rd *Ready) {
 		if nt := &ard.Notifies[i]; nt.To == n.id {
 			n.prop.HandleNotify(nt)
 		} else {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, Notify: *nt})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, Notify: nt})
 		}
 	}
 	for i := range ard.CatchUps {
-		rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: ard.CatchUps[i]})
+		rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: &ard.CatchUps[i]})
 	}
 }
 
@@ -505,7 +516,13 @@ func (n *Node) acceptorReady(rd *Ready) {
 // Optional. The messages' payloads are not given back: they are the
 // caller's (see Message).
 func (n *Node) Advance(rd Ready) {
+	clear(rd.Messages) // let the payloads go
 	n.spare = readyBuffers{msgs: emptied(rd.Messages), results: emptied(rd.Results), leases: emptied(rd.Leases)}
+	if len(n.held) > 0 {
+		n.prop.ReuseRequests(n.held[0])
+		clear(n.held)
+		n.held = n.held[:0]
+	}
 }
 
 // Stats returns counters of what the node's halves did.

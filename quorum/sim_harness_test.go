@@ -555,8 +555,9 @@ func (s *sim) flush(n *simNode) {
 		for i := range rd.Messages {
 			msg := rd.Messages[i]
 			if msg.Kind == MsgRequest {
-				s.check.requestSent(n, &msg.Request)
+				s.check.requestSent(n, msg.Request)
 			}
+			msg = cloneMessage(msg) // the node's until Advance
 			to := s.node(msg.To())
 			s.send(n, to, func() { s.deliver(to, msg) })
 		}
@@ -586,7 +587,7 @@ func (s *sim) deliver(to *simNode, msg Message) {
 		s.nextRef++
 		msg.Ref = s.nextRef
 	}
-	to.node.Step(msg)
+	to.node.Step(&msg)
 	s.flush(to)
 }
 
@@ -608,16 +609,39 @@ func (s *sim) answered(n *simNode, req *Request, resp *Response) {
 	}
 }
 
-// cloneMessage copies a message and every slice in it.
+// cloneMessage copies a message, its payload and every slice in it.
 func cloneMessage(m Message) Message {
-	m.Request.Ops = slices.Clone(m.Request.Ops)
-	m.Response.Results = slices.Clone(m.Response.Results)
-	m.Response.Members = cloneMembers(m.Response.Members)
-	m.Notify.Keys = slices.Clone(m.Notify.Keys)
-	m.Notify.Promised = slices.Clone(m.Notify.Promised)
-	m.CatchUpReply.Entries = slices.Clone(m.CatchUpReply.Entries)
-	m.CatchUpReply.Members = cloneMembers(m.CatchUpReply.Members)
-	m.Push.Members = m.Push.Members.clone()
+	if r := m.Request; r != nil {
+		c := *r
+		c.Ops = slices.Clone(r.Ops)
+		m.Request = &c
+	}
+	if r := m.Response; r != nil {
+		c := *r
+		c.Results = slices.Clone(r.Results)
+		c.Members = cloneMembers(r.Members)
+		m.Response = &c
+	}
+	if r := m.Notify; r != nil {
+		c := *r
+		c.Keys, c.Promised = slices.Clone(r.Keys), slices.Clone(r.Promised)
+		m.Notify = &c
+	}
+	if r := m.CatchUp; r != nil {
+		c := *r
+		m.CatchUp = &c
+	}
+	if r := m.CatchUpReply; r != nil {
+		c := *r
+		c.Entries = slices.Clone(r.Entries)
+		c.Members = cloneMembers(r.Members)
+		m.CatchUpReply = &c
+	}
+	if r := m.Push; r != nil {
+		c := *r
+		c.Members = r.Members.clone()
+		m.Push = &c
+	}
 	return m
 }
 
