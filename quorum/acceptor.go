@@ -189,6 +189,8 @@ type acceptorFaults struct {
 	equalPrepareOK    bool // answer any prepare equal to the promise, as a duplicate
 	ownQuarantineOnly bool // quarantine for this life's MaxTTL only, ignoring horizons heard
 	untimedCatchUp    bool // learn held values in catch-up without a timer
+	skipPrevCatchUp   bool // while a change is pending, catch up from the new voters only
+	floorOnMajority   bool // conclude a full restart when a majority recovers, not all answered
 }
 
 // AcceptorStats counts what an acceptor did.

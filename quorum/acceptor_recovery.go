@@ -63,6 +63,9 @@ func (a *Acceptor) maybeEndQuarantine() {
 		}
 	}
 	for _, v := range a.m.Prev {
+		if a.faults.skipPrevCatchUp {
+			break
+		}
 		if v != a.cfg.ID && !a.m.IsVoter(v) {
 			p := &peerCatchUp{id: v}
 			a.catchUp.peers = append(a.catchUp.peers, p)
@@ -271,8 +274,8 @@ func (a *Acceptor) maybeGoLive() {
 		}
 	}
 	switch {
-	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev)):
-	case recovering >= a.m.Majority() && answered == len(a.catchUp.peers)+1:
+	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp):
+	case recovering >= a.m.Majority() && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority):
 		// Every voter answered and a majority of them lost their state:
 		// a full restart. (Waiting for every voter, not only a majority,
 		// keeps a majority of an old configuration's voters, restarted
@@ -294,4 +297,37 @@ func bucketOf(key string, n uint32) uint32 {
 		h *= 16777619
 	}
 	return h % n
+}
+
+// Recovery says what a recovering acceptor waits for.
+type Recovery struct {
+	// LiveFrom is the earliest time, on the acceptor's clock, at which it
+	// may vote: its start plus its quarantine, or the longest lease horizon
+	// another voter reported.
+	LiveFrom time.Duration
+	// Waiting are the voters that have not yet answered its catch-up in
+	// full; Recovering those that answered that they are recovering too.
+	Waiting, Recovering []NodeID
+}
+
+// Recovery reports what the acceptor waits for before it votes (zero once
+// it is live).
+func (a *Acceptor) Recovery() Recovery {
+	if a.state == Live {
+		return Recovery{}
+	}
+	r := Recovery{LiveFrom: a.liveFrom}
+	if a.catchUp == nil {
+		return r
+	}
+	for _, p := range a.catchUp.peers {
+		switch {
+		case p.done:
+		case p.recovering:
+			r.Recovering = append(r.Recovering, p.id)
+		default:
+			r.Waiting = append(r.Waiting, p.id)
+		}
+	}
+	return r
 }

@@ -1068,3 +1068,22 @@ func TestAcceptorUnwatchPassesTheKeyOnAtOnce(t *testing.T) {
 	}
 	mustOK(t, "an unwatch of a key never seen", f.one("w1", Op{Kind: OpUnwatch, Key: "other"}))
 }
+
+// A recovering acceptor says what it waits for: its quarantine's end, then
+// the voters that have not answered its catch-up.
+func TestAcceptorRecoveryReportsWhatItWaitsFor(t *testing.T) {
+	f := newAccFixture(t, "a", "b", "c")
+	r := f.a.Recovery()
+	if r.LiveFrom != f.clock.Now()+accQuarantine || len(r.Waiting) != 0 {
+		t.Fatalf("quarantined: %+v, want LiveFrom = start + quarantine %v, nobody asked yet", r, accQuarantine)
+	}
+	f.clock.advance(accQuarantine)
+	f.a.Tick()
+	if r := f.a.Recovery(); !slices.Equal(r.Waiting, []NodeID{"b", "c"}) {
+		t.Fatalf("catching up: waiting for %v, want [b c]", r.Waiting)
+	}
+	f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: "b", To: "a", Status: StatusRecovering})
+	if r := f.a.Recovery(); !slices.Equal(r.Waiting, []NodeID{"c"}) || !slices.Equal(r.Recovering, []NodeID{"b"}) {
+		t.Fatalf("after b said it recovers: %+v, want waiting [c], recovering [b]", r)
+	}
+}

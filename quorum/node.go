@@ -299,6 +299,15 @@ func (n *Node) votingState() VotingState {
 	return st
 }
 
+// Recovery reports what the node's acceptor waits for before it votes
+// (zero when it votes, or is no voter).
+func (n *Node) Recovery() Recovery {
+	if n.acc == nil {
+		return Recovery{}
+	}
+	return n.acc.Recovery()
+}
+
 // Silence makes the node answer as one that does not vote (quiet), or vote
 // again. The mesh silences a node that found an earlier process of its name
 // still running, so that the two never count as two votes.

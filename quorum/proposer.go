@@ -306,14 +306,16 @@ type Proposer struct {
 // proposerFaults break the protocol on purpose. Only tests set them, to show
 // that the simulator's checkers catch each bug; all are off otherwise.
 type proposerFaults struct {
-	countMessages bool            // count replies by message, not by acceptor
-	clockAtGrant  bool            // read the holder's t0 when the grant is confirmed
-	aliveMajority func() []NodeID // take a majority of these instead of the configuration
-	noEpochFloor  bool            // next epoch = highest seen + 1, without the wall-clock floor
-	skipMigration bool            // settle a voter change without moving the keys into it
-	perKeyBallots bool            // count ballots per key only, from 1 again after forgetting a key
-	anyTimerLocks bool            // take any live timer of a grant not behind base for a lock
-	fastAnyVoter  bool            // send fast-path accepts to voters that did not promise the ballot
+	countMessages   bool            // count replies by message, not by acceptor
+	clockAtGrant    bool            // read the holder's t0 when the grant is confirmed
+	aliveMajority   func() []NodeID // take a majority of these instead of the configuration
+	noEpochFloor    bool            // next epoch = highest seen + 1, without the wall-clock floor
+	skipMigration   bool            // settle a voter change without moving the keys into it
+	perKeyBallots   bool            // count ballots per key only, from 1 again after forgetting a key
+	anyTimerLocks   bool            // take any live timer of a grant not behind base for a lock
+	fastAnyVoter    bool            // send fast-path accepts to voters that did not promise the ballot
+	listFromOne     bool            // move the keys one old voter lists, not a majority's
+	keepFastOnAdopt bool            // keep fast paths across adopting a configuration
 }
 
 // ProposerStats counts what a proposer did.

@@ -336,7 +336,7 @@ func (p *Proposer) HandleListResponse(resp *CatchUpResponse) {
 	}
 	// A majority of the old voters, each no longer voting in the old
 	// configuration, meets every majority that chose a value there.
-	if done >= len(c.target.Prev)/2+1 {
+	if done >= len(c.target.Prev)/2+1 || (p.faults.listFromOne && done >= 1) {
 		c.order = make([]string, 0, len(c.keys))
 		for k := range c.keys {
 			c.order = append(c.order, k)
@@ -418,7 +418,9 @@ func (p *Proposer) Adopt(m Membership) bool {
 	p.out = make([]Request, len(p.m.Voters))
 	p.stats.ConfigChanges++
 	for _, ks := range p.keys {
-		p.dropFast(ks)
+		if !p.faults.keepFastOnAdopt {
+			p.dropFast(ks)
+		}
 	}
 	rids := make([]uint64, 0, len(p.rounds))
 	for rid := range p.rounds {

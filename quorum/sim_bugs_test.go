@@ -35,6 +35,14 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		f.prop.fastAnyVoter = true
 	case "fresh-any-incarnation":
 		f.freshAnyIncarnation = true
+	case "list-from-one":
+		f.prop.listFromOne = true
+	case "floor-on-majority":
+		f.acc.floorOnMajority = true
+	case "skip-prev-catch-up":
+		f.acc.skipPrevCatchUp = true
+	case "keep-fast-on-adopt":
+		f.prop.keepFastOnAdopt = true
 	}
 	return f
 }
@@ -257,4 +265,22 @@ func TestCheckerCatchesFastPathToAnyVoter(t *testing.T) {
 	findViolation(t, "fast-path-any-voter", "I2|I1|I8", 100, func(c *simConfig) {
 		c.Retime, c.RetimeTTL, c.Reconfig = true, c.TTL/4, false
 	})
+}
+
+// Rules of voter changes that no simulation broke before the review.
+
+// Moving the keys that one old voter lists instead of a majority's: a key
+// only other old voters hold is not moved, and the new voters grant it
+// again.
+func TestCheckerCatchesListingFromOneVoter(t *testing.T) {
+	findViolation(t, "list-from-one", "I1|I2|I8", 100, reconfigHeavy)
+}
+
+
+
+
+// reconfigHeavy changes voters often, with crashes, on few keys.
+func reconfigHeavy(c *simConfig) {
+	c.Reconfig, c.CrashEvery = true, 400*time.Millisecond
+	c.MajorityCrash, c.Retime = false, false
 }
