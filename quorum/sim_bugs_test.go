@@ -276,9 +276,6 @@ func TestCheckerCatchesListingFromOneVoter(t *testing.T) {
 	findViolation(t, "list-from-one", "I1|I2|I8", 100, reconfigHeavy)
 }
 
-
-
-
 // reconfigHeavy changes voters often, with crashes, on few keys.
 func reconfigHeavy(c *simConfig) {
 	c.Reconfig, c.CrashEvery = true, 400*time.Millisecond
