@@ -413,9 +413,10 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	same := r.hasTimer && r.value.sameGrant(v)
 	switch {
 	case v.Held && op.Migrate:
-		// Carried into a new configuration: time it from now for a full
-		// TTL, which ends after any timer of the grant elsewhere (each
-		// started before this accept), so that a majority of the new
+		// Carried into a new configuration: time it from now for what is
+		// left of it, which the write carries in TTL (the longest time
+		// left at a voter the mover asked, stretched for clock rates, and
+		// never more than the lease's TTL), so that a majority of the new
 		// configuration protects a lease granted under the old one.
 		end := now + v.TTL
 		if !same || end > r.until {

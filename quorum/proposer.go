@@ -316,6 +316,7 @@ type proposerFaults struct {
 	fastAnyVoter    bool            // send fast-path accepts to voters that did not promise the ballot
 	listFromOne     bool            // move the keys one old voter lists, not a majority's
 	keepFastOnAdopt bool            // keep fast paths across adopting a configuration
+	migrateFullTTL  bool            // time a moved lease for a full TTL, not what is left of it
 }
 
 // ProposerStats counts what a proposer did.

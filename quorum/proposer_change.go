@@ -90,6 +90,18 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		if !base.Held && base.Epoch == 0 && base.Config == nil {
 			return Value{}, OpResult{Outcome: ReadDone}, false // nothing was ever chosen
 		}
+		x.timeLeft = 0
+		if base.Held {
+			x.timeLeft = p.timeLeft(base, replies)
+		}
+		if x.timeLeft > 0 && !p.faults.migrateFullTTL {
+			// The new voters time the lease for what is left of it
+			// (review finding 9: a full TTL kept a crashed holder's key
+			// blocked up to a TTL longer per change).
+			v := base
+			v.TTL = min(x.timeLeft, base.TTL)
+			return v, OpResult{}, true
+		}
 		return base, OpResult{}, true
 
 	case kindConfig:
@@ -133,6 +145,26 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		return base, OpResult{}, true
 	}
 	return Value{}, OpResult{}, false
+}
+
+// timeLeft is how long the lease of base may still run, on this node's
+// clock: the longest remaining time a voter of the round reported for the
+// grant, stretched for the worst clock-rate difference, or zero when no
+// timer of it runs. A voter of any majority that accepted the lease's
+// latest period is among the replies (one change apart, majorities of the
+// old and the new voters meet), and its timer outlasts the holder's
+// deadline; the longest stretched remaining time does too.
+func (p *Proposer) timeLeft(base Value, replies []reply) time.Duration {
+	var left time.Duration
+	for i := range replies {
+		if r := &replies[i].res; r.Remaining > 0 && r.Value.sameGrant(base) {
+			left = max(left, r.Remaining)
+		}
+	}
+	if left == 0 {
+		return 0
+	}
+	return time.Duration(float64(left) * (1 + p.cfg.Drift) / (1 - p.cfg.Drift))
 }
 
 // recentGrant reports whether the grant of epoch e that x wrote in an

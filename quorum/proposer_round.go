@@ -124,6 +124,7 @@ type op struct {
 	contended   bool            // the last round failed on refusals, not silence
 	favoured    bool            // the last round lost while x's own grant led (ownGrantLeads)
 	watched     bool            // some prepare of x asked the voters to watch the key for it
+	timeLeft    time.Duration   // kindMigrate: how long the new voters must time the lease
 	prepRID     uint64          // the prepare round before the accepts out (Proposer.latePrep)
 	sentTo      voterIncs       // the voters the accepts went to, and their incarnations
 	repair      *OpResult       // the conclusion to report once the base is written back
@@ -377,7 +378,7 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 // acceptOp is x's accept, addressed to a voter's incarnation inc.
 func (p *Proposer) acceptOp(x *op, inc uint64) Op {
 	return Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: x.proposed,
-		Next: x.next, Migrate: x.kind == kindMigrate}
+		Next: x.next, Migrate: x.kind == kindMigrate && (x.timeLeft > 0 || p.faults.migrateFullTTL)}
 }
 
 // latePromise takes a promise that came in after x's prepare round had its

@@ -213,3 +213,73 @@ func TestReviewRestartWithShorterMaxTTLKeepsExclusion(t *testing.T) {
 		t.Errorf("p2 never granted the key after p1's lease ended: %v %v", res.Outcome, ok)
 	}
 }
+
+// Finding 9: moving a key into new voters started a full TTL of exclusion
+// at every new voter, so a crashed holder's key stayed blocked up to a TTL
+// after the change (two TTLs for an autopilot replacement). The move now
+// carries the time left. Here the holder crashes with most of its lease to
+// run, a voter is removed (the key moves), and a waiter must be granted
+// when the lease ends, not a TTL after the move.
+func TestReviewVoterChangeCarriesTheTimeLeft(t *testing.T) {
+	for _, bug := range []string{"", "migrate-full-ttl"} {
+		leaseEnd, granted := voterChangeUnderCrashedHolder(t, bug)
+		late := granted-leaseEnd > time.Second/4
+		t.Logf("bug %q: lease ended at %v, the waiter was granted at %v", bug, leaseEnd, granted)
+		switch {
+		case bug == "" && late:
+			t.Errorf("the waiter was granted %v after the lease ended: the move restarted the exclusion", granted-leaseEnd)
+		case bug != "" && !late:
+			t.Errorf("with the old rule (%s) the waiter was granted only %v after the lease ended: the scenario shows nothing", bug, granted-leaseEnd)
+		}
+	}
+}
+
+// voterChangeUnderCrashedHolder runs the scenario of finding 9 and returns
+// when the holder's lease ended and when the waiter was granted the key.
+func voterChangeUnderCrashedHolder(t *testing.T, bug string) (leaseEnd, granted time.Duration) {
+	t.Helper()
+	cfg := faultFree(1, 3, 2, 1, 1)
+	cfg.Bug = bug
+	holder, waiter := 3, 4
+	grantAt, crashAt, changeAt := 1500*time.Millisecond, 1600*time.Millisecond, 1700*time.Millisecond
+	cfg.Script = func(s *sim) {
+		h, w := s.nodes[holder].clients[0], s.nodes[waiter].clients[0]
+		h.holdTime, w.holdTime = 10*time.Second, 10*time.Millisecond
+		s.at(grantAt, func() { h.acquire("k0", true, time.Second); s.flush(h.n) })
+		s.at(crashAt, func() {
+			if h.grant == nil {
+				t.Fatalf("the holder was not granted the key by %v", crashAt)
+			}
+			leaseEnd = h.grant.end
+			s.crash(s.nodes[holder])
+		})
+		s.at(changeAt, func() {
+			n := s.nodes[0]
+			id, err := n.node.ChangeVoters("", 0, "n2", n.clock.Now()+3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.changes[id] = &simChange{remove: "n2"}
+			s.flush(n)
+			w.acquire("k0", true, 5*time.Second)
+			s.flush(w.n)
+		})
+	}
+	s := newSim(cfg)
+	s.run()
+	if len(s.fail) > 0 {
+		t.Fatal(s.fail[0])
+	}
+	if s.stats.ChangesDone != 1 {
+		t.Fatalf("the voter change did not finish: %v", s.stats)
+	}
+	for _, g := range s.check.grants["k0"] {
+		if g.node.idx == waiter {
+			granted = g.start
+		}
+	}
+	if granted == 0 {
+		t.Fatalf("the waiter was never granted the key")
+	}
+	return leaseEnd, granted
+}

@@ -43,6 +43,8 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		f.acc.skipPrevCatchUp = true
 	case "keep-fast-on-adopt":
 		f.prop.keepFastOnAdopt = true
+	case "migrate-full-ttl":
+		f.prop.migrateFullTTL = true
 	}
 	return f
 }
