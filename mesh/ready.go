@@ -365,6 +365,11 @@ func (m *Mesh) probe(name string) {
 	m.rs.mu.Lock()
 	m.rs.heard[name] = heard{at: m.clock.Now(), state: info.Voting, cluster: info.Cluster()}
 	m.rs.mu.Unlock()
+	if cur := m.current.Load(); cur != nil && cur.Cluster() == info.Cluster() {
+		// Of this mesh now (restarted with the right Voters, say).
+		m.clearMismatch(name, "founding voters")
+		m.clearMismatch(name, "voters")
+	}
 	m.learnFounders(info)
 	m.evalReady()
 }
@@ -481,12 +486,15 @@ func (m *Mesh) liveness(name string, cluster uint64, now time.Duration) string {
 		return fmt.Sprintf("no answer for %v", (now - h.at).Round(time.Millisecond))
 	case h.cluster != cluster:
 		return "another mesh"
-	case h.state == "" || h.state == Live.String():
-		// "": a node of a version that does not report its state; it
-		// answered, which is all such a node can tell.
-		return ""
+	case h.state != "" && h.state != Live.String():
+		return h.state
 	}
-	return h.state
+	// (State "": a node of a version that does not report its state; it
+	// answered, which is all such a node can tell.)
+	if mm := m.mismatchWith(name); mm != "" {
+		return "mismatch: " + mm
+	}
+	return ""
 }
 
 func names(ids []quorum.NodeID) []string {
@@ -510,7 +518,10 @@ const (
 
 // noteMismatch records a difference with a peer for Status (Waiting.
 // Mismatches). A mismatch of the same What with the same peer replaces the
-// earlier one.
+// earlier one. Until it is cleared (clearMismatch) or ten minutes pass
+// without it being noted again, a voter with a mismatch is not known live.
+// Whatever finds that a peer's settings differ in a way that keeps the two
+// from voting together notes it here, and clears it once they agree.
 func (m *Mesh) noteMismatch(mm Mismatch) {
 	if mm.At.IsZero() {
 		mm.At = time.Now()
@@ -529,6 +540,32 @@ func (m *Mesh) noteMismatch(mm Mismatch) {
 		}
 	}
 	m.rs.mismatches[mm.Peer] = list
+}
+
+// clearMismatch forgets the mismatch of What with peer, once resolved.
+func (m *Mesh) clearMismatch(peer, what string) {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	list := slices.DeleteFunc(m.rs.mismatches[peer], func(o Mismatch) bool { return o.What == what })
+	if len(list) == 0 {
+		delete(m.rs.mismatches, peer)
+	} else {
+		m.rs.mismatches[peer] = list
+	}
+}
+
+// mismatchWith names what differs with peer, if anything ("" if nothing
+// recent).
+func (m *Mesh) mismatchWith(peer string) string {
+	m.rs.mu.Lock()
+	defer m.rs.mu.Unlock()
+	var whats []string
+	for _, o := range m.rs.mismatches[peer] {
+		if time.Since(o.At) <= mismatchMemory {
+			whats = append(whats, o.What)
+		}
+	}
+	return strings.Join(whats, ", ")
 }
 
 // recentMismatches lists the mismatches of the last mismatchMemory, by

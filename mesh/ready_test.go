@@ -244,3 +244,22 @@ func TestStatusJSON(t *testing.T) {
 		t.Errorf("round trip: %+v", back.Waiting)
 	}
 }
+
+// TestMismatchedVoterNotLive: a voter with a recorded mismatch (another
+// configuration, or settings, once nodes exchange them) is not known live
+// until the mismatch is cleared.
+func TestMismatchedVoterNotLive(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	m := c.nodes[0]
+	waitFor(t, 30*time.Second, "node0 to know every voter live", func() bool { return len(m.Status().LiveVoters) == 3 })
+	m.noteMismatch(Mismatch{Peer: "node1", What: "Timing.Drift", Ours: "0.01", Theirs: "0.05"})
+	m.noteMismatch(Mismatch{Peer: "node2", What: "Timing.Drift", Ours: "0.01", Theirs: "0.05"})
+	st := m.Status()
+	if st.Ready || len(st.LiveVoters) != 1 || !strings.Contains(st.Waiting.String(), "node1 (mismatch: Timing.Drift)") {
+		t.Fatalf("ready %v with voters %v: %s", st.Ready, st.LiveVoters, st.Waiting)
+	}
+	m.clearMismatch("node1", "Timing.Drift")
+	if st := m.Status(); !st.Ready || len(st.LiveVoters) != 2 || len(st.Waiting.Mismatches) != 1 {
+		t.Fatalf("after clearing node1: ready %v, live %v, %s", st.Ready, st.LiveVoters, st.Waiting)
+	}
+}
