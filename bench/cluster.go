@@ -133,7 +133,8 @@ func waitFor(ctx context.Context, what string, cond func() (bool, string)) error
 type meshLocker struct{ m *mesh.Mesh }
 
 func (l meshLocker) Lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	lease, err := l.m.Acquire(ctx, key)
+	// Goroutines on one node take turns as across nodes.
+	lease, err := l.m.Acquire(ctx, key, mesh.WaitBehindOwnLease())
 	if err != nil {
 		return nil, err
 	}

@@ -108,7 +108,7 @@ func (tr *traffic) client(m *Mesh, keys []string, rng *rand.Rand) {
 		}
 		key := keys[rng.Intn(len(keys))]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		l, err := m.Acquire(ctx, key)
+		l, err := m.Acquire(ctx, key, WaitBehindOwnLease()) // clients of one node take turns too
 		cancel()
 		if err != nil {
 			tr.mu.Lock()

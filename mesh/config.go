@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -265,6 +267,10 @@ func (c *Config) Validate() error {
 		}
 		seen[v] = true
 	}
+	if v, ok := c.misspeltVoter(); ok {
+		return fmt.Errorf("%w: Name %q is not among Voters %q, but voter %q differs from it only in case or spaces: names are compared exactly, so this node would never vote",
+			ErrInvalidConfig, c.Name, c.Voters, v)
+	}
 	if err := c.Timing.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -289,6 +295,36 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	}
 	return c.validateSecurity()
+}
+
+// Warnings says what in c is allowed but often a mistake, one sentence
+// each; New logs them at startup. Today: a Name that is not among Voters
+// (the node then takes locks but does not vote; right for a node that
+// AddVoter will add later, wrong for a misspelt voter, which leaves its
+// mesh a voter short), unless NoVote says the node is not meant to vote.
+// Validate refuses the certain mistakes.
+func (c *Config) Warnings() []string {
+	if c == nil || c.NoVote || len(c.Voters) == 0 || slices.Contains(c.Voters, c.Name) {
+		return nil
+	}
+	return []string{fmt.Sprintf("this node's Name %q is not among Voters %q: it will take locks but not vote "+
+		"(expected on a node to be added later by AddVoter; otherwise check its Name, which must match one of Voters exactly)",
+		c.Name, c.Voters)}
+}
+
+// misspeltVoter returns a voter that differs from Name only in case or
+// surrounding spaces, when Name itself is not a voter.
+func (c *Config) misspeltVoter() (string, bool) {
+	if slices.Contains(c.Voters, c.Name) {
+		return "", false
+	}
+	name := strings.TrimSpace(c.Name)
+	for _, v := range c.Voters {
+		if strings.EqualFold(strings.TrimSpace(v), name) {
+			return v, true
+		}
+	}
+	return "", false
 }
 
 // maxVoters bounds a voter configuration: beyond 7, every grant waits on

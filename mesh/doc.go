@@ -57,12 +57,28 @@
 // up from the other voters; a node that a change has just added, in the very
 // process that was added, votes at once.
 //
+// # Readiness
+//
+// A node is ready when it knows a voter configuration, its own vote (if it
+// is a voter) counts — quarantine and catch-up over — and a majority of the
+// voters is known live: each node probes every voter every four round
+// timeouts, and a voter counts while its last answer, saying it votes, is
+// at most three probe intervals old (gossip's "alive" is only a hint: a
+// restarted voter is alive long before it votes). Mesh.Ready and
+// Mesh.WaitReady wait for it; Status.Ready, Status.VotingState and
+// Status.Waiting say where the node stands and what it waits for
+// (quarantine left, voters that have not answered its catch-up, voters not
+// known live, mismatches with other nodes); HTTPHandler serves /healthz,
+// /readyz and /status for probes. Restart voters one at a time, each once
+// the one before is ready again, and a majority keeps voting throughout.
+//
 // # Errors
 //
-// Callers can tell apart: ErrLocked (a *LockedError names the holder), ErrNoQuorum
-// (too few voters answered: nothing is known to be held), ErrLeaseLost,
-// ErrReleased, ErrClosed, ErrInvalidKey, ErrInvalidConfig, ErrNoVoters, and for
-// voter changes ErrUnknownNode and ErrBadVoterChange.
+// Callers can tell apart: ErrLocked (a *LockedError names the holder;
+// ErrAlreadyHeld when it is this node), ErrNoQuorum (too few voters
+// answered: nothing is known to be held), ErrLeaseLost, ErrReleased,
+// ErrClosed, ErrInvalidKey, ErrInvalidConfig, ErrNoVoters, ErrNotReady
+// (WaitReady), and for voter changes ErrUnknownNode and ErrBadVoterChange.
 //
 // # Observability
 //
@@ -70,5 +86,6 @@
 // Config.MetricSink receives go-metrics figures labelled with the node name:
 // acquire latency, leases granted, renewed, held and lost, quorum failures,
 // messages and bytes, refused connections and malformed messages. Status
-// returns a snapshot of members, voters, this node's voting state and leases.
+// returns a snapshot of members, voters, this node's voting state,
+// readiness and leases.
 package mesh

@@ -393,9 +393,7 @@ func (m *Mesh) wrongConfig(from string, theirs, ours uint64, what string) {
 			"theirs", t.Version(), "ours", o.Version())
 		return
 	}
-	if m.noisy.allow("wrong config " + from) {
-		m.log.Warn("refusing "+what+" of another voter configuration (another mesh, founded by other voters)", "peer", from, "theirs", theirs, "ours", ours)
-	}
+	m.otherMesh(from, what) // logs both meshes' voters, once a minute per peer (voters.go)
 }
 
 func (h handler) HandleMessage(from string, body []byte) {

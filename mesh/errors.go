@@ -28,12 +28,20 @@ var (
 	// ErrNoVoters: the voter configuration has not formed yet
 	// (BootstrapExpect still waiting for voters).
 	ErrNoVoters = errors.New("mesh: no voter configuration yet")
+	// ErrAlreadyHeld: an acquire of a key this node already holds through
+	// another Lease (see Acquire). The error is a *LockedError naming this
+	// node; errors.Is(err, ErrLocked) is true as well.
+	ErrAlreadyHeld = errors.New("mesh: lock already held by this node")
+	// ErrNotReady: WaitReady gave up (its ctx ended) before the node was
+	// ready; the error says what the node was waiting for.
+	ErrNotReady = errors.New("mesh: not ready")
 	// ErrGossipNotEncrypted: a gossip key operation on a node started
 	// without Config.GossipKey.
 	ErrGossipNotEncrypted = errors.New("mesh: gossip is not encrypted")
 )
 
-// LockedError says who holds a key. errors.Is(err, ErrLocked) is true.
+// LockedError says who holds a key. errors.Is(err, ErrLocked) is true,
+// and errors.Is(err, ErrAlreadyHeld) too when ThisNode is set.
 type LockedError struct {
 	Key string
 	// Holder is the node holding the key, and Token its fencing token;
@@ -41,14 +49,24 @@ type LockedError struct {
 	// finished when the try gave up.
 	Holder string
 	Token  uint64
+	// ThisNode: the holder is this node, through another Lease (an
+	// acquire of a key the node already holds; see Acquire).
+	ThisNode bool
 }
 
 func (e *LockedError) Error() string {
-	if e.Holder == "" {
-		return fmt.Sprintf("mesh: lock %q held (being taken by another node)", e.Key)
+	switch {
+	case e.ThisNode:
+		return fmt.Sprintf("mesh: lock %s already held by this node (%s, token %d) through another Lease; release that one first",
+			quoteKey(e.Key), e.Holder, e.Token)
+	case e.Holder == "":
+		return fmt.Sprintf("mesh: lock %s held (being taken by another node)", quoteKey(e.Key))
 	}
-	return fmt.Sprintf("mesh: lock %q held by %s (token %d)", e.Key, e.Holder, e.Token)
+	return fmt.Sprintf("mesh: lock %s held by %s (token %d)", quoteKey(e.Key), e.Holder, e.Token)
 }
 
-// Is makes errors.Is(err, ErrLocked) true.
-func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+// Is makes errors.Is(err, ErrLocked) true, and errors.Is(err,
+// ErrAlreadyHeld) when ThisNode is set.
+func (e *LockedError) Is(target error) bool {
+	return target == ErrLocked || (e.ThisNode && target == ErrAlreadyHeld)
+}

@@ -142,7 +142,7 @@ func TestRealHistoryIsLinearizable(t *testing.T) {
 							l.Release(ctx)
 						}
 					default:
-						if l, err := m.Acquire(opctx, key); err == nil {
+						if l, err := m.Acquire(opctx, key, WaitBehindOwnLease()); err == nil {
 							l.Release(ctx)
 						}
 					}

@@ -139,7 +139,8 @@ func (l *Lease) Release(ctx context.Context) error {
 type AcquireOption func(*acquireOptions) error
 
 type acquireOptions struct {
-	ttl time.Duration
+	ttl       time.Duration
+	behindOwn bool // WaitBehindOwnLease
 }
 
 // WithTTL asks for a lease of the given TTL instead of Config.Timing.TTL:
@@ -148,6 +149,19 @@ type acquireOptions struct {
 func WithTTL(ttl time.Duration) AcquireOption {
 	return func(o *acquireOptions) error {
 		o.ttl = ttl
+		return nil
+	}
+}
+
+// WaitBehindOwnLease makes Acquire wait, in turn, while this node itself
+// holds the key through another Lease, instead of returning ErrAlreadyHeld
+// at once: for a process that takes locks on behalf of several independent
+// clients (as the lockmesh agent does for its lock commands), whose
+// clients wait for each other as they would across nodes. TryAcquire
+// still returns at once.
+func WaitBehindOwnLease() AcquireOption {
+	return func(o *acquireOptions) error {
+		o.behindOwn = true
 		return nil
 	}
 }
@@ -170,6 +184,13 @@ type Holder struct {
 // error wrapped with why it was still waiting: ErrNoQuorum (no majority
 // answered) or a *LockedError (errors.Is ErrLocked: the key was held). It
 // also returns ErrInvalidKey, ErrInvalidOption, ErrNoVoters, ErrClosed.
+//
+// If this node already holds key through another Lease, Acquire (and
+// TryAcquire) return at once with a *LockedError naming this node
+// (errors.Is ErrLocked and ErrAlreadyHeld) rather than wait for that lease
+// to end, which a caller re-acquiring its own lock would wait for forever.
+// Goroutines of one process that take turns on a lock either share the
+// Lease, or pass WaitBehindOwnLease.
 func (m *Mesh) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	return m.acquire(ctx, key, true, opts)
 }
@@ -185,7 +206,7 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		return nil, ErrClosed
 	}
 	if err := m.userKey(key); err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidKey, key, err)
+		return nil, err
 	}
 	o, err := m.options(opts)
 	if err != nil {
@@ -211,13 +232,23 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	}
 	ch := outcomeChans.Get().(chan outcome)
 	var id quorum.OpID
-	var startErr error
+	var startErr, heldErr error
 	m.drive(func(n *quorum.Node) {
+		if l := m.leases[key]; l != nil && !(wait && o.behindOwn) {
+			// An acquire would wait for this node's own lease to end,
+			// which a caller that holds it will never see.
+			heldErr = &LockedError{Key: key, Holder: m.cfg.Name, Token: l.token, ThisNode: true}
+			return
+		}
 		id, startErr = n.Acquire(key, qo)
 		if startErr == nil {
 			m.waiters[id] = ch
 		}
 	})
+	if heldErr != nil {
+		outcomeChans.Put(ch)
+		return nil, heldErr
+	}
 	if startErr != nil {
 		outcomeChans.Put(ch)
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, startErr)
@@ -292,7 +323,7 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 // every key (it then reads as never granted; tokens still increase).
 func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 	if err := m.userKey(key); err != nil {
-		return Holder{}, fmt.Errorf("%w: %q: %w", ErrInvalidKey, key, err)
+		return Holder{}, err
 	}
 	if err := m.waitReady(ctx); err != nil {
 		return Holder{}, err

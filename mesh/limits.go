@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/lockmesh/lockmesh/quorum"
 	"github.com/lockmesh/lockmesh/transport"
@@ -47,6 +49,40 @@ var (
 	errKeyTooLong = errors.New("key too long")
 	errTooDeep    = errors.New("nested too deep")
 )
+
+// checkUserKey checks a key a caller passed: one the limits allow, and not
+// one of the mesh's own registers (those start with a zero byte). Its
+// errors wrap ErrInvalidKey, say what is wrong in the caller's terms, and
+// quote at most the key's first keyQuote bytes.
+func (l limits) checkUserKey(k string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(k) > l.maxKeyLen:
+		return fmt.Errorf("%w %s: %d bytes, longer than MaxKeyLength (%d)", ErrInvalidKey, quoteKey(k), len(k), l.maxKeyLen)
+	case !utf8.ValidString(k):
+		return fmt.Errorf("%w %s: not UTF-8", ErrInvalidKey, quoteKey(k))
+	case k[0] == 0:
+		return fmt.Errorf("%w %s: keys starting with a zero byte are the mesh's own", ErrInvalidKey, quoteKey(k))
+	}
+	return nil
+}
+
+// keyQuote is how much of a key an error quotes.
+const keyQuote = 40
+
+// quoteKey quotes k for an error, cut to keyQuote bytes (on a character
+// boundary) with an ellipsis when longer.
+func quoteKey(k string) string {
+	if len(k) <= keyQuote {
+		return strconv.Quote(k)
+	}
+	cut := keyQuote
+	for cut > 0 && !utf8.RuneStart(k[cut]) {
+		cut--
+	}
+	return strconv.Quote(k[:cut]) + "…"
+}
 
 // countLimit counts a refused message's limit, if it tripped one, and
 // returns the metric's name ("" if none).

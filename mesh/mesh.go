@@ -7,6 +7,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,12 @@ type Mesh struct {
 	ready    chan struct{}
 	fetchMu  sync.Mutex
 	fetching map[fetchKey]bool
+	// founders are the founding voters of this node's mesh, sorted, when
+	// it knows them (voters.go, setFounders).
+	founders atomic.Pointer[[]quorum.NodeID]
+	// rs is readiness: its level, Ready's channel, what the probes heard,
+	// the mismatches seen (ready.go).
+	rs readyState
 
 	// combMu guards the callers of drive waiting for the driver.
 	combMu  sync.Mutex
@@ -113,10 +120,11 @@ func New(cfg *Config) (*Mesh, error) {
 		closed:   make(chan struct{}),
 	}
 	m.qo = timingOptions(c.Timing)
-	if m.log == nil {
-		m.log = hclog.NewNullLogger()
+	m.rs.init()
+	m.log = meshLogger(c.Logger).With("node", c.Name)
+	for _, w := range c.Warnings() {
+		m.log.Warn(w)
 	}
-	m.log = m.log.Named("lockmesh").With("node", c.Name)
 	seed := c.Seed
 	if seed == 0 {
 		seed = time.Now().UnixNano()
@@ -133,15 +141,17 @@ func New(cfg *Config) (*Mesh, error) {
 		return nil, err
 	}
 	if len(c.Voters) > 0 {
+		m.setFounders(founding(c.Voters).Voters)
 		if err := m.setup(founding(c.Voters)); err != nil {
 			m.Shutdown()
 			return nil, err
 		}
 	}
-	m.wg.Add(3)
+	m.wg.Add(4)
 	go m.timerLoop()
 	go m.rejoinLoop()
 	go m.autopilotLoop()
+	go m.readyLoop()
 	if len(c.Seeds) > 0 {
 		if _, err := m.ml.Join(c.Seeds); err != nil {
 			m.log.Warn("no seed answered yet; retrying in the background", "seeds", c.Seeds, "error", err)
@@ -150,6 +160,19 @@ func New(cfg *Config) (*Mesh, error) {
 	close(m.started)
 	m.maybeBootstrap()
 	return m, nil
+}
+
+// meshLogger is the logger the mesh logs through: l (nil: silent), named
+// "lockmesh" unless its name already ends so (a logger the application
+// named "svc.lockmesh" is not made "svc.lockmesh.lockmesh").
+func meshLogger(l hclog.Logger) hclog.Logger {
+	if l == nil {
+		return hclog.NewNullLogger()
+	}
+	if n := l.Name(); n == "lockmesh" || strings.HasSuffix(n, ".lockmesh") {
+		return l
+	}
+	return l.Named("lockmesh")
 }
 
 func (m *Mesh) startTransport() error {
@@ -332,7 +355,7 @@ func (m *Mesh) maybeBootstrap() {
 	if id != 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
 		defer cancel()
-		vs, err := m.fetchConfig(ctx, from)
+		info, err := m.fetchInfo(ctx, from)
 		if err != nil {
 			m.log.Debug("fetching the voter configuration", "peer", from, "error", err)
 			// Asked again at the next gossip update, but in a quiet mesh
@@ -340,6 +363,8 @@ func (m *Mesh) maybeBootstrap() {
 			m.retryBootstrap()
 			return
 		}
+		vs := info.Membership
+		m.learnFounders(info)
 		if err := m.setup(vs); err != nil {
 			m.log.Error("cannot adopt the voter configuration", "voters", vs.Voters, "error", err)
 		}
@@ -355,6 +380,7 @@ func (m *Mesh) maybeBootstrap() {
 	case expecting == m.cfg.BootstrapExpect:
 		slices.Sort(names)
 		m.log.Info("bootstrapping the voter configuration", "voters", names)
+		m.setFounders(founding(names).Voters)
 		if err := m.setup(founding(names)); err != nil {
 			m.log.Error("cannot bootstrap", "error", err)
 		}

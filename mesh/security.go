@@ -222,8 +222,59 @@ func (g gossipLog) Write(p []byte) (int, error) {
 		if g.m.noisy.allow("gossip label") {
 			g.m.log.Warn("dropping gossip from a node with another GossipLabel; it cannot join", "ours", g.m.cfg.GossipLabel)
 		}
+	default:
+		if l, ok := relevel(line); ok {
+			_, err := g.out.Write([]byte(l))
+			return len(p), err
+		}
 	}
 	return g.out.Write(p)
+}
+
+// gossipLevels are the levels memberlist's lines about routine peer
+// failures are logged at, by the start of their text. A peer that is down,
+// restarting or slow makes memberlist log [ERR] on each probe, gossip and
+// push/pull that fails, though its failure detector deals with it and says
+// what it concluded ("Suspect ... has failed", "Marking ... as failed",
+// INFO). Other lines keep memberlist's level: decoding failures, a node
+// without the gossip key, address conflicts stay errors.
+var gossipLevels = []struct{ prefix, level string }{
+	// A probe of a peer that does not answer: the failure detector's
+	// business.
+	{"Failed fallback TCP ping", "[DEBUG]"},
+	{"Failed to send UDP ping", "[DEBUG]"},
+	{"Failed to send UDP compound ping", "[DEBUG]"},
+	{"Failed to send indirect UDP ping", "[DEBUG]"},
+	{"Failed to send indirect ping", "[DEBUG]"},
+	{"Failed to forward ack", "[DEBUG]"},
+	{"Failed to send nack", "[DEBUG]"},
+	{"Failed to send ack", "[DEBUG]"},
+	// Gossip to a peer that is gone (memberlist keeps trying for
+	// GossipToTheDeadTime).
+	{"Failed to send gossip to", "[DEBUG]"},
+	// A state exchange with a peer that went away half way: worth a
+	// warning if it lasts, not an error.
+	{"Push/Pull with", "[WARN]"},
+	{"Failed to read remote state", "[WARN]"},
+	{"Failed to push local state", "[WARN]"},
+	{"failed to receive: ", "[WARN]"},
+	{"Failed to receive user message", "[WARN]"},
+	// Another node suspected this one, which answered: routine under load.
+	{"Refuting a suspect message", "[INFO]"},
+}
+
+// relevel returns line at the level gossipLevels gives it, if any.
+func relevel(line string) (string, bool) {
+	lvl, rest, ok := strings.Cut(line, " memberlist: ")
+	if !ok || !strings.HasPrefix(lvl, "[") {
+		return "", false
+	}
+	for _, g := range gossipLevels {
+		if strings.HasPrefix(rest, g.prefix) {
+			return g.level + " memberlist: " + rest, true
+		}
+	}
+	return "", false
 }
 
 func containsAny(s string, subs []string) bool {

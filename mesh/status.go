@@ -17,8 +17,23 @@ type Status struct {
 	Voters   []string
 	ConfigID uint64
 	Config   Configuration
-	// Voting is this node's acceptor state: "" (not a voter),
-	// "quarantined", "catching up" or "live".
+	// Ready: this node can serve locks, and its vote (if a voter) counts:
+	// it knows a voter configuration; as a voter, it votes (VotingState
+	// Live); and a majority of the voters is known live (LiveVoters). See
+	// Mesh.Ready. Waiting says what keeps it from being ready.
+	Ready bool
+	// VotingState is whether and how this node votes.
+	VotingState VotingState
+	// LiveVoters are the voters known live now: this node if it votes, and
+	// the voters that answered its probe within the last few probe
+	// intervals saying that they vote.
+	LiveVoters []string `json:",omitempty"`
+	Waiting    Waiting
+	// Voting is this node's acceptor state as text: "" (not a voter),
+	// "quarantined", "catching up" or "live" (a silenced voter shows its
+	// acceptor's state).
+	//
+	// Deprecated: use VotingState, which also tells a silenced voter.
 	Voting string
 	// Leases is how many leases this node holds now.
 	Leases int
@@ -63,12 +78,19 @@ func (m *Mesh) Status() Status {
 	if v := m.voting.Load(); v != nil && v.Voter {
 		st.Voting = v.Acceptor.String()
 	}
+	st.VotingState = m.votingState()
+	var rec *quorum.Recovery
 	m.nodeMu.Lock()
 	st.Leases = len(m.leases)
 	if m.node != nil {
 		st.Proposer, st.Acceptor = m.node.Stats()
+		r := m.node.Recovery()
+		rec = &r
 	}
 	m.nodeMu.Unlock()
+	r := m.readiness(rec)
+	st.Ready, st.Waiting, st.LiveVoters = r.ready && !m.isClosed(), r.waiting, r.live
+	m.setReady(st.Ready)
 	st.Security = m.securityStatus()
 	return st
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -193,11 +194,13 @@ func (m *Mesh) configChanged(cur quorum.Membership) {
 		go m.publishMeta()
 	}
 	m.kickTimer()
+	m.kickReady()
 }
 
 // votingChanged runs when the node's voting state changed (nodeMu held).
 func (m *Mesh) votingChanged(st quorum.VotingState) {
 	old := m.voting.Swap(&st)
+	m.kickReady()
 	switch {
 	case !st.Voter:
 		if old != nil && old.Voter {
@@ -221,17 +224,59 @@ func (m *Mesh) learn(vs quorum.Membership) {
 	}
 }
 
+// configInfo is the answer to a configuration fetch: the configuration,
+// its fields inline (so that a node reading a quorum.Membership, as older
+// ones do, reads it too), and what the node tells about itself: the
+// founding voters it was started with, if it knows them, and its voting
+// state (readiness probes read it; see ready.go).
+type configInfo struct {
+	quorum.Membership
+	Founders []quorum.NodeID `codec:"fv,omitempty"`
+	Voting   string          `codec:"vs,omitempty"` // VotingState's text
+}
+
 // fetchConfig asks a peer for its voter configuration.
 func (m *Mesh) fetchConfig(ctx context.Context, peer string) (quorum.Membership, error) {
+	info, err := m.fetchInfo(ctx, peer)
+	return info.Membership, err
+}
+
+// fetchInfo asks a peer for its voter configuration, founding voters and
+// voting state.
+func (m *Mesh) fetchInfo(ctx context.Context, peer string) (configInfo, error) {
 	addr, ok := m.book.rpcAddr(peer)
 	if !ok {
-		return quorum.Membership{}, fmt.Errorf("%w: %q", ErrUnknownNode, peer)
+		return configInfo{}, fmt.Errorf("%w: %q", ErrUnknownNode, peer)
 	}
 	reply, err := m.tr.Call(ctx, peer, addr, []byte{kindConfigFetch})
 	if err != nil {
-		return quorum.Membership{}, err
+		return configInfo{}, err
 	}
-	return m.lim.decodeConfigReply(reply)
+	return decodeConfigInfo(reply)
+}
+
+// decodeConfigInfo decodes and checks the answer to a configuration fetch,
+// as decodeConfigReply does, and the founding voters and voting state.
+func decodeConfigInfo(body []byte) (configInfo, error) {
+	var info configInfo
+	if err := decode(body, kindConfigReply, &info); err != nil {
+		return configInfo{}, err
+	}
+	if err := checkMembership(&info.Membership); err != nil {
+		return configInfo{}, err
+	}
+	if len(info.Founders) > maxVoters {
+		return configInfo{}, fmt.Errorf("%w: %w: %d founding voters (limit %d)", errMalformed, errTooManyOps, len(info.Founders), maxVoters)
+	}
+	for _, n := range info.Founders {
+		if err := checkName(n); err != nil {
+			return configInfo{}, err
+		}
+	}
+	if len(info.Voting) > 32 {
+		return configInfo{}, fmt.Errorf("%w: voting state of %d bytes", errMalformed, len(info.Voting))
+	}
+	return info, nil
 }
 
 // learnFrom fetches a peer's configuration, which gossip says is newer than
@@ -252,12 +297,13 @@ func (m *Mesh) learnFrom(peer string, id uint64) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*m.cfg.roundTimeout())
 	defer cancel()
-	vs, err := m.fetchConfig(ctx, peer)
+	info, err := m.fetchInfo(ctx, peer)
 	if err != nil {
 		m.log.Debug("fetching a newer voter configuration", "peer", peer, "error", err)
 		return
 	}
-	m.learn(vs)
+	m.learn(info.Membership)
+	m.learnFounders(info)
 }
 
 type fetchKey struct {
@@ -281,18 +327,46 @@ func (m *Mesh) handlePush(from string, body []byte) {
 	m.learn(push.Members)
 }
 
-// handleConfigFetch answers a peer asking for this node's configuration.
+// handleConfigFetch answers a peer asking for this node's configuration
+// (a node adopting it, or probing this one's readiness).
 func (m *Mesh) handleConfigFetch() ([]byte, error) {
 	cur := m.current.Load()
 	if cur == nil {
 		return nil, ErrNoVoters
 	}
-	return encode(kindConfigReply, cur)
+	info := configInfo{Membership: *cur, Voting: m.votingState().String()}
+	if f := m.founders.Load(); f != nil {
+		info.Founders = *f
+	}
+	return encode(kindConfigReply, info)
+}
+
+// setFounders records the founding voters of this node's mesh, when it
+// knows them: the ones it was started with or bootstrapped, or those the
+// node it learned its configuration from told it.
+func (m *Mesh) setFounders(ids []quorum.NodeID) {
+	if len(ids) == 0 {
+		return
+	}
+	f := slices.Clone(ids)
+	slices.Sort(f)
+	m.founders.CompareAndSwap(nil, &f)
+}
+
+// learnFounders keeps the founding voters a peer told, if this node does
+// not know its own and they founded the peer's mesh.
+func (m *Mesh) learnFounders(info configInfo) {
+	if m.founders.Load() != nil || len(info.Founders) == 0 {
+		return
+	}
+	if (quorum.Membership{ID: quorum.ClusterID(info.Founders)}).Cluster() == info.Cluster() {
+		m.setFounders(info.Founders)
+	}
 }
 
 // checkPeerConfig looks at the configuration id a peer announces in
 // gossip: a newer one of this mesh is fetched; one of another mesh is
-// reported (once a minute per peer), never adopted.
+// reported (see otherMesh), never adopted.
 func (m *Mesh) checkPeerConfig(peer string, id uint64) {
 	cur := m.current.Load()
 	if cur == nil || id == 0 || id == cur.ID {
@@ -301,20 +375,100 @@ func (m *Mesh) checkPeerConfig(peer string, id uint64) {
 	other := quorum.Membership{ID: id}
 	switch {
 	case other.Cluster() != cur.Cluster():
-		if m.noisy.allow("other mesh " + peer) {
-			m.log.Warn("a node gossiping with us belongs to another mesh (founded by other voters); ignoring its configuration",
-				"peer", peer, "theirs", id, "ours", cur.ID)
-		}
+		m.otherMesh(peer, "gossip")
 	case other.Version() > cur.Version():
 		go m.learnFrom(peer, id)
 	}
 }
 
-// userKey checks a key a caller passed: one the limits allow, and not one
-// of the mesh's own registers (those start with a zero byte).
-func (m *Mesh) userKey(key string) error {
-	if strings.HasPrefix(key, "\x00") {
-		return fmt.Errorf("%w: keys starting with a zero byte are the mesh's own", errMalformed)
+// otherMesh reports a peer whose configuration belongs to another mesh
+// (founded by other voters, usually a Voters list that differs between
+// nodes): once a minute per peer, it asks the peer for its founding voters
+// and voters and logs them beside ours, and records the mismatch for
+// Status. what says how we heard ("gossip", "ballots", "a catch-up"). It
+// never blocks: the fetch runs on its own goroutine.
+func (m *Mesh) otherMesh(peer, what string) {
+	if !m.noisy.allow("other mesh " + peer) {
+		return
 	}
-	return m.lim.checkKey(key)
+	go func() {
+		info, err := m.fetchInfoRetrying(peer)
+		var ourFounders, ourVoters []quorum.NodeID
+		if f := m.founders.Load(); f != nil {
+			ourFounders = *f
+		}
+		if cur := m.current.Load(); cur != nil {
+			ourVoters = cur.Voters
+		}
+		var theirFounders, theirVoters []quorum.NodeID
+		if err == nil {
+			theirFounders, theirVoters = info.Founders, info.Voters
+		}
+		mm := Mismatch{Peer: peer, What: "founding voters", Ours: voterList(ourFounders), Theirs: voterList(theirFounders)}
+		if mm.Ours == "unknown" || mm.Theirs == "unknown" {
+			// A side that learned its configuration from others may not
+			// know who founded its mesh: compare the voters.
+			mm = Mismatch{Peer: peer, What: "voters", Ours: voterList(ourVoters), Theirs: voterList(theirVoters)}
+		}
+		m.noteMismatch(mm)
+		args := []any{"peer", peer, "heard_in", what,
+			"our_founding_voters", logList(ourFounders), "their_founding_voters", logList(theirFounders),
+			"our_voters", logList(ourVoters), "their_voters", logList(theirVoters)}
+		if err != nil {
+			args = append(args, "fetch_error", err)
+		}
+		m.log.Warn("refusing a node of another voter configuration: it belongs to another mesh, founded by other voters (every node must be started with the same Voters list)",
+			args...)
+	}()
 }
+
+// fetchInfoRetrying fetches a peer's configuration info, trying again for a
+// while: a node that has just appeared in gossip may not know this one yet,
+// and refuses it until it does.
+func (m *Mesh) fetchInfoRetrying(peer string) (configInfo, error) {
+	rt := m.cfg.roundTimeout()
+	var err error
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*rt)
+		var info configInfo
+		info, err = m.fetchInfo(ctx, peer)
+		cancel()
+		if err == nil {
+			return info, nil
+		}
+		t := time.NewTimer(2 * rt)
+		select {
+		case <-m.closed:
+			t.Stop()
+			return configInfo{}, ErrClosed
+		case <-t.C: // a pause between attempts
+		}
+	}
+	return configInfo{}, err
+}
+
+// voterList spells a list of voters for Status, sorted ("unknown" when
+// empty).
+func voterList(ids []quorum.NodeID) string {
+	if len(ids) == 0 {
+		return "unknown"
+	}
+	return strings.Join(logList(ids), ",")
+}
+
+// logList is a list of voters for a log line, sorted (["unknown"] when
+// empty).
+func logList(ids []quorum.NodeID) []string {
+	if len(ids) == 0 {
+		return []string{"unknown"}
+	}
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = string(id)
+	}
+	slices.Sort(s)
+	return s
+}
+
+// userKey checks a key a caller passed (limits.checkUserKey).
+func (m *Mesh) userKey(key string) error { return m.lim.checkUserKey(key) }

@@ -101,7 +101,7 @@ func TestReplaceEveryVoter(t *testing.T) {
 			}
 			key := keys[(w+i)%len(keys)]
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			l, err := m.Acquire(ctx, key)
+			l, err := m.Acquire(ctx, key, WaitBehindOwnLease()) // workers of one node take turns too
 			if err != nil {
 				cancel()
 				if errors.Is(err, ErrClosed) {

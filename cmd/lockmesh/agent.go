@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -27,9 +26,11 @@ transport with mutual TLS: each node's certificate must carry its -name as
 a DNS SAN. Set the gossip key through LOCKMESH_GOSSIP_KEY rather than
 -gossip-key: the command line is visible to every local user.
 
--http serves /healthz (200 while the agent runs), /readyz (200 once a voter
-configuration is known and, on a voter, its own vote is live), /status (the
-node's status as JSON) and /metrics (not yet: 501).
+-http serves /healthz (200 while the agent runs), /readyz (200 once the
+node is ready: a voter configuration is known, on a voter its own vote is
+live, and a majority of the voters is known live; otherwise 503 and what it
+waits for; ?verbose lists the checks), /status (the node's status as JSON)
+and /metrics (Prometheus).
 
 On stdout the agent prints "started name=... gossip=... rpc=... socket=...
 http=...", then "ready voters=..." once /readyz would answer 200, and "left"
@@ -129,25 +130,6 @@ func runAgent(c *command, f agentFlags) error {
 	}
 	fmt.Println("left")
 	return nil
-}
-
-// announceReady prints "ready" once the node is ready (see readiness).
-// Until the mesh can say so itself, it looks ten times a second.
-func announceReady(ctx context.Context, m *mesh.Mesh) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		st := m.Status()
-		if ok, _ := readiness(st); ok {
-			fmt.Printf("ready voters=%s\n", strings.Join(st.Voters, ","))
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // listenSocket listens on the unix socket path with the given permissions.

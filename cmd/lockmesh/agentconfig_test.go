@@ -142,21 +142,23 @@ func TestInterspersedFlags(t *testing.T) {
 	}
 }
 
-// TestReadiness: ready once a configuration is known and, on a voter, its
-// vote is live.
+// TestReadiness: the status command's words for the mesh's readiness.
 func TestReadiness(t *testing.T) {
 	for _, tc := range []struct {
 		st   mesh.Status
 		want bool
+		says string
 	}{
-		{mesh.Status{}, false},
-		{mesh.Status{ConfigID: 7, Voting: "quarantined"}, false},
-		{mesh.Status{ConfigID: 7, Voting: "catching up"}, false},
-		{mesh.Status{ConfigID: 7, Voting: "live"}, true},
-		{mesh.Status{ConfigID: 7}, true}, // not a voter
+		{mesh.Status{Waiting: mesh.Waiting{Configuration: true}}, false, "not ready: no voter configuration yet"},
+		{mesh.Status{ConfigID: 7, VotingState: mesh.Quarantined, Waiting: mesh.Waiting{Quarantine: 1500 * time.Millisecond}},
+			false, "not ready: quarantined for 1.5s more"},
+		{mesh.Status{ConfigID: 7, VotingState: mesh.CatchingUp, Waiting: mesh.Waiting{CatchUp: []string{"b"}}},
+			false, "not ready: catching up, waiting for b"},
+		{mesh.Status{ConfigID: 7, VotingState: mesh.Live, Ready: true}, true, "ready"},
+		{mesh.Status{ConfigID: 7, Ready: true}, true, "ready"}, // not a voter
 	} {
-		if got, why := readiness(tc.st); got != tc.want {
-			t.Errorf("readiness(config %d, voting %q) = %v (%s), want %v", tc.st.ConfigID, tc.st.Voting, got, why, tc.want)
+		if got, why := readiness(tc.st); got != tc.want || why != tc.says {
+			t.Errorf("readiness(%+v) = %v, %q; want %v, %q", tc.st, got, why, tc.want, tc.says)
 		}
 	}
 }

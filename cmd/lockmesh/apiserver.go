@@ -247,7 +247,8 @@ func (c *apiConn) acquire(req request) {
 	ctx, cancel := c.timeoutCtx(req, 0)
 	defer cancel()
 	ttl := c.s.cfg.Timing.TTL
-	var opts []mesh.AcquireOption
+	// Clients of one agent wait for each other as for other nodes' clients.
+	opts := []mesh.AcquireOption{mesh.WaitBehindOwnLease()}
 	if req.TTL > 0 {
 		ttl = time.Duration(req.TTL)
 		opts = append(opts, mesh.WithTTL(ttl))

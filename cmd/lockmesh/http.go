@@ -1,59 +1,58 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/lockmesh/lockmesh/mesh"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// The agent's HTTP endpoints, until package mesh serves its own handler
-// (then this file becomes a call to it).
+// The agent's HTTP endpoints: the mesh's own handler (/healthz, /livez,
+// /readyz, /status; see mesh.HTTPHandler) and the node's Prometheus
+// metrics at /metrics.
 
-// readiness says whether a node is ready to serve locks, and if not why:
-// a voter configuration is known and, when this node is one of its voters,
-// its own vote is live (quarantine and catch-up are over).
+// readiness says whether a node is ready (mesh.Status.Ready), and if not
+// why, for the status command.
 func readiness(st mesh.Status) (bool, string) {
-	switch {
-	case st.ConfigID == 0:
-		return false, "no voter configuration yet"
-	case st.Voting != "" && st.Voting != "live":
-		return false, "this voter is " + st.Voting
+	if st.Ready {
+		return true, "ready"
 	}
-	return true, "ready"
+	if why := st.Waiting.String(); why != "" {
+		return false, "not ready: " + why
+	}
+	return false, "not ready"
 }
 
-// serveHTTP serves /healthz, /readyz, /status and /metrics on addr and
-// returns the address it listens on.
+// serveHTTP serves the node's HTTP endpoints on addr and returns the
+// address it listens on.
 func serveHTTP(addr string, m *mesh.Mesh) (*http.Server, string, error) {
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m.Collector()); err != nil {
+		return nil, "", err
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, "", err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		ok, why := readiness(m.Status())
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		fmt.Fprintln(w, why)
-	})
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(m.Status())
-	})
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "metrics are not served yet: they arrive with the mesh's Prometheus collector", http.StatusNotImplemented)
-	})
+	mux.Handle("/", mesh.HTTPHandler(m))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go hs.Serve(ln)
 	return hs, ln.Addr().String(), nil
+}
+
+// announceReady prints "ready" once the node is ready (as /readyz answers
+// 200), or nothing if ctx ends first.
+func announceReady(ctx context.Context, m *mesh.Mesh) {
+	if m.WaitReady(ctx) != nil {
+		return
+	}
+	fmt.Printf("ready voters=%s\n", strings.Join(m.Status().Voters, ","))
 }

@@ -138,8 +138,8 @@ it holds. With -json, the whole mesh.Status.`+inspectExit)
 
 func printStatus(w io.Writer, st mesh.Status) {
 	_, why := readiness(st)
-	voting := st.Voting
-	if voting == "" {
+	voting := st.VotingState.String()
+	if st.VotingState == mesh.NotVoter {
 		voting = "not a voter"
 	}
 	fmt.Fprintf(w, "node:    %s (%s)\n", st.Name, why)

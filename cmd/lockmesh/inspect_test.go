@@ -24,7 +24,7 @@ func TestInspect(t *testing.T) {
 	}
 	r = lockmesh(t, "status", "-json", "-socket", ag[2].socket)
 	var st mesh.Status
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Name != "c" || st.Voting != "live" || len(st.Voters) != 3 {
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Name != "c" || st.VotingState != mesh.Live || !st.Ready || len(st.Voters) != 3 {
 		t.Errorf("status -json: %v, %+v", err, st)
 	}
 
@@ -47,10 +47,12 @@ func TestInspect(t *testing.T) {
 		code int
 		body string
 	}{
-		"/healthz": {200, "ok"},
-		"/readyz":  {200, "ready"},
-		"/status":  {200, `"Voting": "live"`},
-		"/metrics": {501, "not served yet"},
+		"/healthz":        {200, "ok"},
+		"/readyz":         {200, "ok"},
+		"/readyz?verbose": {200, "[+]quorum ok"},
+		"/status":         {200, `"VotingState": "live"`},
+		"/metrics":        {200, `lockmesh_voting_state{node="a",state="live"} 1`},
+		"/nosuch":         {404, "not found"},
 	} {
 		resp, err := http.Get("http://" + ag[0].http + path)
 		if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/lockmesh/lockmesh/mesh"
 )
 
 // share runs workers on every node that take the lock in turn and, holding
@@ -42,7 +44,7 @@ func (d *demo) share() error {
 			for range n {
 				ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
 				asked := time.Now()
-				l, err := m.Acquire(ctx, key)
+				l, err := m.Acquire(ctx, key, mesh.WaitBehindOwnLease()) // workers on one node take turns too
 				cancel()
 				if err != nil {
 					fail(fmt.Errorf("%s: acquiring %q: %w", who, key, err))

@@ -292,7 +292,8 @@ func waitReady(ctx context.Context, m *mesh.Mesh, voters int) error {
 type locker struct{ m *mesh.Mesh }
 
 func (l locker) Lock(ctx context.Context, key string) (func(context.Context) error, error) {
-	lease, err := l.m.Acquire(ctx, key)
+	// Goroutines in one process take turns as across processes.
+	lease, err := l.m.Acquire(ctx, key, mesh.WaitBehindOwnLease())
 	if err != nil {
 		return nil, err
 	}
