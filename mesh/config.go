@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
 	"github.com/lockmesh/lockmesh/lease"
+	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/transport"
 )
 
@@ -293,7 +294,7 @@ func (c *Config) Validate() error {
 
 // maxVoters bounds a voter configuration: beyond 7, every grant waits on
 // more round trips than a lock is worth.
-const maxVoters = 9
+const maxVoters = wire.MaxVoters
 
 func (c *Config) roundTimeout() time.Duration {
 	switch {
@@ -323,12 +324,12 @@ func (c *Config) maxTTL() time.Duration {
 }
 
 func (c *Config) limits() limits {
-	l := limits{maxOps: c.MaxOpsPerMessage, maxKeyLen: c.MaxKeyLength, maxKeys: 1 << 16, maxEntry: 1 << 16}
-	if l.maxOps == 0 {
-		l.maxOps = 16384
+	l := limits{wire.Limits{MaxOps: c.MaxOpsPerMessage, MaxKeyLen: c.MaxKeyLength, MaxKeys: 1 << 16, MaxEntries: 1 << 16}}
+	if l.MaxOps == 0 {
+		l.MaxOps = 16384
 	}
-	if l.maxKeyLen == 0 {
-		l.maxKeyLen = 512
+	if l.MaxKeyLen == 0 {
+		l.MaxKeyLen = 512
 	}
 	return l
 }

@@ -120,7 +120,7 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 	var bodies [][]byte
 	for ops := req.Ops; len(ops) > 0; {
 		part := *req
-		n := min(len(ops), m.lim.maxOps)
+		n := min(len(ops), m.lim.MaxOps)
 		part.Ops, ops = ops[:n:n], ops[n:]
 		body := encodeRequest(&part)
 		m.incr("messages.sent", 1)
