@@ -62,11 +62,13 @@ type Config struct {
 
 	// Timing sets the default lease TTL and the clock-rate error ρ the
 	// mesh is safe under (see package lease). Every node must use the same
-	// Drift.
+	// Drift: nodes refuse to vote with or for a node whose Drift differs
+	// from theirs (see Mesh.SettingsMismatches).
 	Timing lease.Timing
 	// MaxTTL is the longest TTL an Acquire may ask for (WithTTL). A voter
 	// that restarts without its state refuses to vote for about this long.
-	// Zero means Timing.TTL.
+	// Zero means Timing.TTL. Every two nodes' [Timing.TTL, MaxTTL] must
+	// overlap, or they refuse each other like nodes of different Drift.
 	MaxTTL time.Duration
 
 	// RoundTimeout is how long one ballot round waits for a majority

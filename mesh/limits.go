@@ -36,7 +36,8 @@ import (
 // certificate does not), handshake (any other TLS or hello failure),
 // malformed (bad frames), rejected (the handler refused the peer: see
 // rpc.*), write_timeout, io. Refused messages count rpc.malformed,
-// rpc.unknown_peer or rpc.wrong_config.
+// rpc.unknown_peer or rpc.wrong_config; connections refused for a peer's
+// settings, rpc.refused_settings (settings.go).
 
 // countLimit counts a refused message's limit, if it tripped one, and
 // returns the metric's name ("" if none).
@@ -115,6 +116,12 @@ func refusal(err error) (metric, why string) {
 // transportRefused is the ballot transport's OnError: it counts and logs
 // each connection closed for a fault or a limit.
 func (m *Mesh) transportRefused(peer string, err error) {
+	if errors.Is(err, errSettings) {
+		// judge counted and logged it (rpc.refused_settings).
+		m.incr("transport.refused", 1)
+		m.log.Debug("ballot connection closed", "peer", peer, "error", err)
+		return
+	}
 	metric, why := refusal(err)
 	m.incr(metric, 1)
 	switch metric {
@@ -151,7 +158,7 @@ func (m *Mesh) callFailed(addr string, err error) {
 		}
 		return
 	}
-	if !errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity) {
+	if errors.Is(err, errSettings) || (!errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity)) {
 		m.log.Debug("ballot call failed", "peer", addr, "error", err)
 		return
 	}
