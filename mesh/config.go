@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
 	"github.com/lockmesh/lockmesh/lease"
+	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/transport"
 )
 
@@ -63,11 +64,13 @@ type Config struct {
 
 	// Timing sets the default lease TTL and the clock-rate error ρ the
 	// mesh is safe under (see package lease). Every node must use the same
-	// Drift.
+	// Drift: nodes refuse to vote with or for a node whose Drift differs
+	// from theirs (see Mesh.SettingsMismatches).
 	Timing lease.Timing
 	// MaxTTL is the longest TTL an Acquire may ask for (WithTTL). A voter
 	// that restarts without its state refuses to vote for about this long.
-	// Zero means Timing.TTL.
+	// Zero means Timing.TTL. Every two nodes' [Timing.TTL, MaxTTL] must
+	// overlap, or they refuse each other like nodes of different Drift.
 	MaxTTL time.Duration
 
 	// RoundTimeout is how long one ballot round waits for a majority
@@ -329,7 +332,7 @@ func (c *Config) misspeltVoter() (string, bool) {
 
 // maxVoters bounds a voter configuration: beyond 7, every grant waits on
 // more round trips than a lock is worth.
-const maxVoters = 9
+const maxVoters = wire.MaxVoters
 
 func (c *Config) roundTimeout() time.Duration {
 	switch {
@@ -359,12 +362,12 @@ func (c *Config) maxTTL() time.Duration {
 }
 
 func (c *Config) limits() limits {
-	l := limits{maxOps: c.MaxOpsPerMessage, maxKeyLen: c.MaxKeyLength, maxKeys: 1 << 16, maxEntry: 1 << 16}
-	if l.maxOps == 0 {
-		l.maxOps = 16384
+	l := limits{wire.Limits{MaxOps: c.MaxOpsPerMessage, MaxKeyLen: c.MaxKeyLength, MaxKeys: 1 << 16, MaxEntries: 1 << 16}}
+	if l.MaxOps == 0 {
+		l.MaxOps = 16384
 	}
-	if l.maxKeyLen == 0 {
-		l.maxKeyLen = 512
+	if l.MaxKeyLen == 0 {
+		l.MaxKeyLen = 512
 	}
 	return l
 }

@@ -363,8 +363,8 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 }
 
 func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
-	req := new(quorum.CatchUpRequest)
-	if err := decode(body, kindCatchUp, req); err != nil {
+	req, err := m.lim.decodeCatchUp(body)
+	if err != nil {
 		return m.refuse(from, err)
 	}
 	if string(req.From) != from {

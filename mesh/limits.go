@@ -4,13 +4,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
-	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"unicode/utf8"
 
-	"github.com/lockmesh/lockmesh/quorum"
 	"github.com/lockmesh/lockmesh/transport"
 )
 
@@ -40,15 +38,8 @@ import (
 // certificate does not), handshake (any other TLS or hello failure),
 // malformed (bad frames), rejected (the handler refused the peer: see
 // rpc.*), write_timeout, io. Refused messages count rpc.malformed,
-// rpc.unknown_peer or rpc.wrong_config.
-
-// Decoding failures that are limits, wrapped by the decoders' errors
-// (which also wrap errMalformed).
-var (
-	errTooManyOps = errors.New("too many operations or keys")
-	errKeyTooLong = errors.New("key too long")
-	errTooDeep    = errors.New("nested too deep")
-)
+// rpc.unknown_peer or rpc.wrong_config; connections refused for a peer's
+// settings, rpc.refused_settings (settings.go).
 
 // checkUserKey checks a key a caller passed: one the limits allow, and not
 // one of the mesh's own registers (those start with a zero byte). Its
@@ -161,6 +152,12 @@ func refusal(err error) (metric, why string) {
 // transportRefused is the ballot transport's OnError: it counts and logs
 // each connection closed for a fault or a limit.
 func (m *Mesh) transportRefused(peer string, err error) {
+	if errors.Is(err, errSettings) {
+		// judge counted and logged it (rpc.refused_settings).
+		m.incr("transport.refused", 1)
+		m.log.Debug("ballot connection closed", "peer", peer, "error", err)
+		return
+	}
 	metric, why := refusal(err)
 	m.incr(metric, 1)
 	switch metric {
@@ -197,7 +194,7 @@ func (m *Mesh) callFailed(addr string, err error) {
 		}
 		return
 	}
-	if !errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity) {
+	if errors.Is(err, errSettings) || (!errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity)) {
 		m.log.Debug("ballot call failed", "peer", addr, "error", err)
 		return
 	}
@@ -222,52 +219,4 @@ func hostOf(addr string) string {
 		return h
 	}
 	return addr
-}
-
-// The smallest encodings of an operation and of a result (all fields zero
-// or empty): a slice for n of them is allocated before they are read, so
-// n must fit in what is left of the message, or a small message could
-// make the decoder allocate hundreds of times its size.
-// TestSmallestEncodings keeps these in step with wire.go.
-const (
-	minOpBytes     = 24
-	minResultBytes = 25
-	// minEntryBytes is the smallest catch-up entry with a key: {"k":"x"}.
-	minEntryBytes = 5
-)
-
-// fits refuses an array of n elements of at least size bytes each that
-// the rest of the message cannot hold.
-func (d *decoder) fits(n, size int) {
-	if d.err == nil && n > len(d.b)/size {
-		d.fail("array of %d elements of %d bytes or more, in %d bytes", n, size, len(d.b))
-	}
-}
-
-// entryCount is a catch-up reply's entries as zero-size values: decoding
-// into it counts them without allocating for them.
-type entryCount struct {
-	Entries []struct{} `codec:"e"`
-}
-
-// decodeCatchUpReply decodes and checks a catch-up reply. go-msgpack
-// grows a slice to whatever length the message announces and only then do
-// we see it, so the entries are counted first, into zero-size values, and
-// refused if there are more than the limit or than the message could hold.
-func (l limits) decodeCatchUpReply(body []byte) (*quorum.CatchUpResponse, error) {
-	var shape entryCount
-	if err := decode(body, kindCatchUpReply, &shape); err != nil {
-		return nil, err
-	}
-	if n := len(shape.Entries); n > l.maxEntry || n > len(body)/minEntryBytes {
-		return nil, fmt.Errorf("%w: %w: %d entries in %d bytes (limit %d)", errMalformed, errTooManyOps, n, len(body), l.maxEntry)
-	}
-	var resp quorum.CatchUpResponse
-	if err := decode(body, kindCatchUpReply, &resp); err != nil {
-		return nil, err
-	}
-	if err := l.checkCatchUpReply(&resp); err != nil {
-		return nil, err
-	}
-	return &resp, nil
 }

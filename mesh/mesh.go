@@ -43,7 +43,8 @@ type Mesh struct {
 	// the race detector caught it in TestRestartWithOldConfiguration).
 	publishMu sync.Mutex
 	book      book
-	noisy     limiter // rate-limits logs about refused peers
+	noisy     limiter  // rate-limits logs about refused peers
+	refused   refusals // peers refused for their settings (settings.go)
 
 	keyring *memberlist.Keyring // gossip keys; nil when gossip is not encrypted
 
@@ -191,6 +192,7 @@ func (m *Mesh) startTransport() error {
 		if err := m.secureTransport(&tc); err != nil { // TLS, limits, OnError
 			return err
 		}
+		m.settingsTransport(&tc) // settings in the hello, both ways
 		m.tr, err = transport.NewTCP(tc)
 	}
 	if err != nil {
@@ -200,6 +202,7 @@ func (m *Mesh) startTransport() error {
 	m.meta.Expect = m.cfg.BootstrapExpect
 	m.meta.Inc = m.inc
 	m.meta.NoVote = m.cfg.NoVote
+	m.meta.SetSettings(m.settings())
 	return nil
 }
 

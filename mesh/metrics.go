@@ -55,6 +55,7 @@ var metricList = []metricInfo{
 	{"rpc.wrong_config", counterKind, "Ballot messages refused for naming another mesh's configuration."},
 	{"rpc.wrong_incarnation", counterKind, "Ballot messages or answers refused for coming from another process than the one bound to the sender's name."},
 	{"rpc.refused_incarnation", counterKind, "Ballot connections refused for a hello of another incarnation than the one bound to the name."},
+	{"rpc.refused_settings", counterKind, "Ballot connections refused, dialed or accepted, because the peer's settings would break exclusion: protocol versions that do not overlap, another Timing.Drift, or TTL bounds that do not overlap (SettingsMismatches)."},
 	{"voters.changes", counterKind, "Voter changes this node ran to completion."},
 	{"voters.change_failures", counterKind, "Voter changes this node started that failed (no majority, or the outcome is unknown)."},
 	{"voters.version", gaugeKind, "Version of the voter configuration this node knows."},

@@ -1,8 +1,10 @@
 package mesh
 
 import (
+	"slices"
 	"sync"
 
+	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
@@ -115,12 +117,20 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 
 // sendParts sends req to its voter, in several messages at once when it
 // has more operations than a message may carry, and steps each answer.
-// req's operations are given back once encoded.
+// req's operations are given back once encoded. A voter of protocol
+// version 1 is sent only what it knows (see withoutUnwatch).
 func (m *Mesh) sendParts(addr string, req *quorum.Request) {
+	if m.peerVersion(string(req.To)) < wire.Version2 {
+		req.Ops = withoutUnwatch(req.Ops)
+		if len(req.Ops) == 0 {
+			quorum.RecycleOps(req.Ops)
+			return
+		}
+	}
 	var bodies [][]byte
 	for ops := req.Ops; len(ops) > 0; {
 		part := *req
-		n := min(len(ops), m.lim.maxOps)
+		n := min(len(ops), m.lim.MaxOps)
 		part.Ops, ops = ops[:n:n], ops[n:]
 		body := encodeRequest(&part)
 		m.incr("messages.sent", 1)
@@ -137,4 +147,14 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 		wg.Go(func() { m.call(addr, req.To, body) })
 	}
 	wg.Wait()
+}
+
+// withoutUnwatch drops, in place, the OpUnwatch operations of ops, which a
+// node of protocol version 1 refuses (with the whole request). An unwatch
+// is a hint that a waiter left, and nothing waits for its result: without
+// it, such a voter may still hand the key to this node when it is freed,
+// and hands it to the next waiter after its hand-off grace, as between
+// nodes of version 1.
+func withoutUnwatch(ops []quorum.Op) []quorum.Op {
+	return slices.DeleteFunc(ops, func(op quorum.Op) bool { return op.Kind == quorum.OpUnwatch })
 }

@@ -10,12 +10,12 @@ import (
 	"time"
 )
 
-func hello(version byte, name string) []byte {
+func helloFrame(version byte, name string) []byte {
 	body := append([]byte{version}, name...)
 	return appendFrame(nil, frameHello, 0, body)
 }
 
-func validHello() []byte { return hello(protocolVersion, "mallory") }
+func validHello() []byte { return helloFrame(helloV1, "mallory") }
 
 func concat(parts ...[]byte) []byte {
 	var b []byte
@@ -41,11 +41,11 @@ func TestTCPRefusesBadInput(t *testing.T) {
 		{name: "length shorter than header", send: []byte{0, 0, 0, 5, 1, 2, 3, 4, 5}, want: []error{ErrHandshake, ErrMalformedFrame}},
 		{name: "no hello", want: []error{ErrHandshake, ErrTimeout}},
 		{name: "half a hello then silence", send: validHello()[:7], want: []error{ErrHandshake, ErrTimeout}},
-		{name: "hello of another version", send: hello(9, "mallory"), want: []error{ErrHandshake, ErrMalformedFrame}},
-		{name: "hello without a name", send: hello(protocolVersion, ""), want: []error{ErrHandshake, ErrMalformedFrame}},
-		{name: "hello with a control character", send: hello(protocolVersion, "bad\nname"), want: []error{ErrHandshake, ErrMalformedFrame}},
-		{name: "hello with invalid UTF-8", send: hello(protocolVersion, "\xff\xfe"), want: []error{ErrHandshake, ErrMalformedFrame}},
-		{name: "hello too long", send: hello(protocolVersion, string(make([]byte, 300))), want: []error{ErrHandshake, ErrMalformedFrame}},
+		{name: "hello of another version", send: helloFrame(0, "mallory"), want: []error{ErrHandshake, ErrMalformedFrame}},
+		{name: "hello without a name", send: helloFrame(helloV1, ""), want: []error{ErrHandshake, ErrMalformedFrame}},
+		{name: "hello with a control character", send: helloFrame(helloV1, "bad\nname"), want: []error{ErrHandshake, ErrMalformedFrame}},
+		{name: "hello with invalid UTF-8", send: helloFrame(helloV1, "\xff\xfe"), want: []error{ErrHandshake, ErrMalformedFrame}},
+		{name: "hello too long", send: helloFrame(helloV1, string(make([]byte, 300))), want: []error{ErrHandshake, ErrMalformedFrame}},
 		{name: "request before hello", send: appendFrame(nil, frameRequest, 1, []byte("x")), want: []error{ErrHandshake, ErrMalformedFrame}},
 		{name: "unknown frame type", send: concat(validHello(), rawFrame(9, 77, 1, nil)), want: []error{ErrMalformedFrame}, afterHello: true},
 		{name: "reply sent by a dialer", send: concat(validHello(), appendFrame(nil, frameReply, 1, nil)), want: []error{ErrMalformedFrame}, afterHello: true},

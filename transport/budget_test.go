@@ -86,7 +86,7 @@ func TestTCPBytesInFlightBudget(t *testing.T) {
 	body := make([]byte, frame)
 	for i := range 5 {
 		c := dialRaw(t, server.Addr())
-		c.Write(hello(protocolVersion, fmt.Sprintf("flood-%d", i)))
+		c.Write(helloFrame(helloV1, fmt.Sprintf("flood-%d", i)))
 		c.Write(rawFrame(frameHeaderSize+frame, frameRequest, 1, body))
 	}
 	e := log.waitFor(t, ErrBudget)

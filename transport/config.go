@@ -172,6 +172,35 @@ type TCPConfig struct {
 	// called on the connection's goroutine and must not block.
 	VerifyPeerName func(name string, cert *x509.Certificate) error
 
+	// Hello is what this node says of itself in its hellos beyond its
+	// name: at most MaxHelloPayload bytes, carried as they are, that the
+	// peer's CheckHello judges. It goes in every hello of version 2: those
+	// this transport opens connections with, and those it answers a
+	// dialer's version-2 hello with. Nil means an empty payload.
+	Hello []byte
+
+	// CheckHello, if set, judges a peer by its hello, once per connection
+	// and before anything else is taken from it: on an accepted connection
+	// the dialer's hello, on a dialed one the hello the listener answers a
+	// version-2 hello with (a version-1 hello gets no answer, so there is
+	// nothing to judge). peer is the name the dialer's hello gave, or the
+	// node dialed; version is the hello's version (1: the peer predates
+	// payloads, and payload is nil). A non-nil error closes the connection:
+	// it is reported to OnError wrapped with ErrHandshake, and on a dialed
+	// connection the calls queued on it fail with it (ErrConnClosed: the
+	// listener did not handle them, but cannot say so). A listener answers
+	// before it judges, so a dialer it refuses can tell why. It runs on
+	// the connection's goroutine and must not block; the transport keeps no
+	// reference to payload.
+	CheckHello func(peer string, version int, payload []byte) error
+
+	// HelloVersion, if set, returns the version of the hello to open a
+	// connection to node with: 1 for a peer known to predate version 2
+	// (which refuses a later hello), 2 otherwise. It is called before each
+	// dial, and must not block. Nil means 2 when Hello or CheckHello is
+	// set, and 1 otherwise (the transport's first protocol, exactly).
+	HelloVersion func(node string) int
+
 	// OnError, if set, is told about every connection closed for a reason
 	// other than an orderly close or Close: rejected frames, failed
 	// handshakes, peers rejected by the handler, limits tripped (the error
@@ -249,6 +278,9 @@ func (c *TCPConfig) Validate() error {
 	}
 	if c.ConnsPerPeer < 0 || c.ConnsPerPeer > maxConnsPerPeer {
 		return fmt.Errorf("%w: ConnsPerPeer %d outside [1, %d]", ErrInvalidConfig, c.ConnsPerPeer, maxConnsPerPeer)
+	}
+	if len(c.Hello) > MaxHelloPayload {
+		return fmt.Errorf("%w: Hello of %d bytes (limit %d)", ErrInvalidConfig, len(c.Hello), MaxHelloPayload)
 	}
 	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
 		return fmt.Errorf("%w: TLS has neither Certificates nor GetCertificate: the listener could not serve", ErrInvalidConfig)

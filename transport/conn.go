@@ -38,6 +38,10 @@ type conn struct {
 	outbound bool   // dialed by us (true) or accepted (false)
 	addr     string // dialed address, or remote address of an accepted conn
 	node     string // dialed side: the node expected at addr ("" for any)
+	// answered is set on a dialed connection once the listener's answer to
+	// its hello was taken, or from the start when the hello was of version
+	// 1 (no answer comes). Only the reader reads it after the dial.
+	answered bool
 	// label names the peer in OnError reports. On an accepted connection
 	// the reader sets it to the peer's name after the hello, before the
 	// writer goroutine starts; nothing else writes it.

@@ -92,13 +92,22 @@
 //
 // length counts the type, id and body (9 ≤ length ≤ MaxFrameSize). Types:
 // 1 hello, 2 request, 3 reply, 4 error reply, 5 one-way message. The dialer
-// opens with a hello (id 0, body = protocol version byte 1, then its node
-// name: 1 to 255 bytes of UTF-8 without control characters) and then sends
-// requests (fresh non-zero ids) and messages (id 0). The listener sends only
-// replies and error replies (body = the handler's error text), each
-// carrying its request's id. A connection carries calls one way only; a
-// node that is also called by its peer answers on the connection its peer
-// dialed.
+// opens with a hello (id 0) and then sends requests (fresh non-zero ids)
+// and messages (id 0), without waiting. The listener sends only replies
+// and error replies (body = the handler's error text), each carrying its
+// request's id. A connection carries calls one way only; a node that is
+// also called by its peer answers on the connection its peer dialed.
+//
+// A hello's body starts with its version. Version 1: then the dialer's node
+// name (1 to 255 bytes of UTF-8 without control characters), and the
+// listener answers nothing. Version 2 and later: then the name's length
+// (one byte), the name, and the sender's payload (TCPConfig.Hello, at most
+// MaxHelloPayload bytes, opaque to the transport); the listener answers
+// with a version-2 hello of its own, its first frame, before judging the
+// dialer's (TCPConfig.CheckHello), so that a dialer it refuses learns its
+// payload. Every listener takes version 1; one that predates version 2
+// refuses it, so a dialer opens with version 1 to a peer it knows to be
+// that old (TCPConfig.HelloVersion).
 //
 // # Performance design
 //

@@ -17,12 +17,13 @@ import (
 //	body    N-9 bytes
 //
 // N must satisfy frameHeaderSize <= N <= MaxFrameSize. The first frame a
-// dialer sends is a hello whose body is a protocol version byte followed by
-// the dialer's node name. Requests and one-way messages flow from dialer to
+// dialer sends is a hello (see helloV1 and helloV2 for its body); a
+// listener answers a hello of version 2 or later with its own, the first
+// frame it sends. Requests and one-way messages flow from dialer to
 // listener only; replies and error replies flow back on the same connection
 // and carry the id of the request they answer.
 const (
-	frameHello   byte = 1 // dialer → listener, first frame only: version, name
+	frameHello   byte = 1 // first frame of the dialer, and of a listener answering a version-2 hello
 	frameRequest byte = 2 // dialer → listener: a Call, answered by reply or error
 	frameReply   byte = 3 // listener → dialer: the handler's reply
 	frameError   byte = 4 // listener → dialer: the handler's error text
@@ -34,12 +35,13 @@ const (
 	lengthPrefixSize = 4
 	// frameHeaderSize is the part of N taken by the type byte and the id.
 	frameHeaderSize = 1 + 8
-	// protocolVersion is sent in every hello; a listener refuses others.
-	protocolVersion byte = 1
 	// maxNameLen bounds node names so that a hello always fits a small frame.
 	maxNameLen = 255
+	// maxHelloBody bounds a hello's body: a version-2 hello with the longest
+	// name and payload.
+	maxHelloBody = 2 + maxNameLen + MaxHelloPayload
 	// minFrameSize is the smallest MaxFrameSize allowed: a hello with the
-	// longest name must fit.
+	// longest name and payload must fit.
 	minFrameSize = 1024
 	// maxFrameSizeLimit keeps N well inside the uint32 length prefix and
 	// inside int on 32-bit platforms.
@@ -146,25 +148,70 @@ func noEOF(err error) error {
 	return err
 }
 
-// appendHello appends the body of a hello frame.
-func appendHello(dst []byte, name string) []byte {
-	dst = append(dst, protocolVersion)
-	return append(dst, name...)
+// Hello versions: the first byte of a hello's body.
+const (
+	// helloV1, the first: then the dialer's node name, nothing else. The
+	// listener answers nothing. Every listener takes it.
+	helloV1 byte = 1
+	// helloV2: then the sender's node name, preceded by its length in one
+	// byte, then its payload (TCPConfig.Hello, at most MaxHelloPayload
+	// bytes). The listener answers with a hello of its own, of version 2,
+	// before anything else. Later versions keep this layout and add only
+	// to the payload, so a listener takes any version from 2 up. A listener
+	// that predates version 2 refuses it: a dialer sends it only to peers
+	// it knows to take it (TCPConfig.HelloVersion).
+	helloV2 byte = 2
+)
+
+// MaxHelloPayload bounds TCPConfig.Hello and the payload taken from a
+// peer's hello, in bytes.
+const MaxHelloPayload = 256
+
+// hello is a parsed hello body.
+type hello struct {
+	version byte
+	name    string
+	payload []byte // nil in a version-1 hello
 }
 
-// parseHello checks a hello body and returns the peer's node name.
-func parseHello(body []byte) (string, error) {
+// appendHello appends the body of a hello frame of the given version (the
+// payload is left out of a version-1 hello).
+func appendHello(dst []byte, version byte, name string, payload []byte) []byte {
+	dst = append(dst, version)
+	if version == helloV1 {
+		return append(dst, name...)
+	}
+	dst = append(dst, byte(len(name)))
+	dst = append(dst, name...)
+	return append(dst, payload...)
+}
+
+// parseHello checks a hello body and returns what it says.
+func parseHello(body []byte) (hello, error) {
 	if len(body) < 1 {
-		return "", fmt.Errorf("%w: empty hello", ErrMalformedFrame)
+		return hello{}, fmt.Errorf("%w: empty hello", ErrMalformedFrame)
 	}
-	if body[0] != protocolVersion {
-		return "", fmt.Errorf("%w: protocol version %d, want %d", ErrMalformedFrame, body[0], protocolVersion)
+	h := hello{version: body[0]}
+	switch {
+	case h.version == helloV1:
+		h.name = string(body[1:])
+	case h.version >= helloV2:
+		if len(body) < 2 || len(body) < 2+int(body[1]) {
+			return hello{}, fmt.Errorf("%w: a hello of %d bytes cut short", ErrMalformedFrame, len(body))
+		}
+		n := int(body[1])
+		h.name = string(body[2 : 2+n])
+		h.payload = body[2+n:]
+		if len(h.payload) > MaxHelloPayload {
+			return hello{}, fmt.Errorf("%w: hello payload of %d bytes (limit %d)", ErrMalformedFrame, len(h.payload), MaxHelloPayload)
+		}
+	default:
+		return hello{}, fmt.Errorf("%w: hello version %d", ErrMalformedFrame, h.version)
 	}
-	name := string(body[1:])
-	if err := checkName(name); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrMalformedFrame, err)
+	if err := checkName(h.name); err != nil {
+		return hello{}, fmt.Errorf("%w: %w", ErrMalformedFrame, err)
 	}
-	return name, nil
+	return h, nil
 }
 
 // checkName is the rule for node names, applied both to our own name and to

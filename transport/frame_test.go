@@ -15,7 +15,7 @@ func TestFrameRoundTrip(t *testing.T) {
 		id   uint64
 		body []byte
 	}{
-		{frameHello, 0, appendHello(nil, "node-1")},
+		{frameHello, 0, appendHello(nil, helloV1, "node-1", nil)},
 		{frameRequest, 1, []byte("prepare")},
 		{frameReply, 1<<64 - 1, nil},
 		{frameError, 7, []byte("boom")},
@@ -71,31 +71,43 @@ func TestReadFrameRefuses(t *testing.T) {
 }
 
 func TestParseHello(t *testing.T) {
+	long := strings.Repeat("n", maxNameLen)
+	payload := []byte{0x95, 1, 2, 3, 4, 5}
 	cases := []struct {
-		body []byte
-		name string // "" means refused
+		body    []byte
+		version byte
+		name    string // "" means refused
+		payload []byte
 	}{
-		{appendHello(nil, "node-1"), "node-1"},
-		{appendHello(nil, "ñode ☃"), "ñode ☃"},
-		{appendHello(nil, strings.Repeat("n", maxNameLen)), strings.Repeat("n", maxNameLen)},
-		{appendHello(nil, strings.Repeat("n", maxNameLen+1)), ""},
-		{nil, ""},
-		{[]byte{protocolVersion}, ""},
-		{append([]byte{protocolVersion + 1}, "node"...), ""},
-		{append([]byte{protocolVersion}, "a\x00b"...), ""},
-		{append([]byte{protocolVersion}, "del\x7f"...), ""},
-		{append([]byte{protocolVersion}, 0xc3), ""},
+		{appendHello(nil, helloV1, "node-1", payload), helloV1, "node-1", nil},
+		{appendHello(nil, helloV1, "ñode ☃", nil), helloV1, "ñode ☃", nil},
+		{appendHello(nil, helloV1, long, nil), helloV1, long, nil},
+		{appendHello(nil, helloV1, long+"n", nil), 0, "", nil},
+		{appendHello(nil, helloV2, "node-1", payload), helloV2, "node-1", payload},
+		{appendHello(nil, helloV2, "node-1", nil), helloV2, "node-1", []byte{}},
+		{appendHello(nil, helloV2, long, bytes.Repeat([]byte{7}, MaxHelloPayload)), helloV2, long, bytes.Repeat([]byte{7}, MaxHelloPayload)},
+		{appendHello(nil, 7, "later", payload), 7, "later", payload}, // later versions keep the layout
+		{appendHello(nil, helloV2, "node-1", bytes.Repeat([]byte{7}, MaxHelloPayload+1)), 0, "", nil},
+		{appendHello(nil, helloV2, "", payload), 0, "", nil},
+		{[]byte{helloV2, 9, 'a'}, 0, "", nil},
+		{[]byte{helloV2}, 0, "", nil},
+		{nil, 0, "", nil},
+		{[]byte{helloV1}, 0, "", nil},
+		{append([]byte{0}, "node"...), 0, "", nil},
+		{append([]byte{helloV1}, "a\x00b"...), 0, "", nil},
+		{append([]byte{helloV1}, "del\x7f"...), 0, "", nil},
+		{append([]byte{helloV1}, 0xc3), 0, "", nil},
 	}
 	for _, tc := range cases {
-		name, err := parseHello(tc.body)
+		hl, err := parseHello(tc.body)
 		if tc.name == "" {
 			if err == nil || !errors.Is(err, ErrMalformedFrame) {
-				t.Errorf("parseHello(%q) = %q, %v; want ErrMalformedFrame", tc.body, name, err)
+				t.Errorf("parseHello(%q) = %+v, %v; want ErrMalformedFrame", tc.body, hl, err)
 			}
 			continue
 		}
-		if err != nil || name != tc.name {
-			t.Errorf("parseHello(%q) = %q, %v; want %q", tc.body, name, err, tc.name)
+		if err != nil || hl.version != tc.version || hl.name != tc.name || !bytes.Equal(hl.payload, tc.payload) || (tc.payload == nil) != (hl.payload == nil) {
+			t.Errorf("parseHello(%q) = %+v, %v; want %d %q %q", tc.body, hl, err, tc.version, tc.name, tc.payload)
 		}
 	}
 }

@@ -15,7 +15,8 @@ import (
 //
 //	go test -fuzz=FuzzReadFrame ./transport/
 func FuzzReadFrame(f *testing.F) {
-	f.Add(appendFrame(nil, frameHello, 0, appendHello(nil, "node-1")), uint32(DefaultMaxFrameSize))
+	f.Add(appendFrame(nil, frameHello, 0, appendHello(nil, helloV1, "node-1", nil)), uint32(DefaultMaxFrameSize))
+	f.Add(appendFrame(nil, frameHello, 0, appendHello(nil, helloV2, "node-1", []byte{0x95, 1, 2, 3, 4, 5})), uint32(DefaultMaxFrameSize))
 	f.Add(appendFrame(appendFrame(nil, frameRequest, 1, []byte("ballot")), frameReply, 1, nil), uint32(64))
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 2}, uint32(1024))
 	f.Add(rawFrame(9, 0, 0, nil), uint32(16))
@@ -45,7 +46,10 @@ func FuzzReadFrame(f *testing.F) {
 			}
 			consumed += len(enc)
 			if h.typ == frameHello {
-				_, _ = parseHello(body) // must not panic either
+				hl, err := parseHello(body) // must not panic either
+				if err == nil && !bytes.Equal(appendHello(nil, hl.version, hl.name, hl.payload), body) {
+					t.Fatalf("re-encoding the hello %+v differs from %q", hl, body)
+				}
 			}
 		}
 	})

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync/atomic"
 	"time"
@@ -106,7 +107,9 @@ func (t *TCP) replaceConn(slot *atomic.Pointer[conn], key peerKey, now int64) (*
 	}
 	c := newConn(t, true, key.addr, nil)
 	c.node = key.node
-	c.queue = appendFrame(c.queue, frameHello, 0, t.hello)
+	v := t.helloVersion(key.node)
+	c.answered = v == helloV1 // a listener answers a later hello
+	c.queue = appendFrame(c.queue, frameHello, 0, t.hellos[v-1])
 	c.signal() // the queue is not empty: frames queued next will not signal
 	c.lastSend.Store(now)
 	// Inline version of track: we already hold mu.
@@ -239,6 +242,9 @@ func setNoDelay(nc net.Conn) {
 func (c *conn) readReplies() {
 	defer c.t.wg.Done()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
+	if !c.answered && !c.readAnswer(br) {
+		return
+	}
 	for {
 		// No deadline between frames: a dialed connection waits for
 		// replies as long as its calls do, and the listener closes it once
@@ -289,4 +295,54 @@ func (c *conn) readReplies() {
 			return
 		}
 	}
+}
+
+// readAnswer reads the hello a listener answers a version-2 hello with,
+// within HandshakeTimeout, and has CheckHello judge it. It reports false,
+// having failed the connection, if the answer is missing, malformed or
+// refused.
+func (c *conn) readAnswer(br *bufio.Reader) bool {
+	timeout := c.t.cfg.HandshakeTimeout
+	if err := c.nc.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		c.abort(fmt.Errorf("transport: read: %w", err), true)
+		return false
+	}
+	h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
+	var body []byte
+	switch {
+	case errors.Is(err, io.EOF):
+		err = fmt.Errorf("%w: %s closed the connection instead of answering the hello (a listener that predates hello version 2?)", ErrHandshake, c.addr)
+	case isTimeout(err):
+		err = fmt.Errorf("%w: no answer to the hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
+	case err != nil:
+		err = fmt.Errorf("%w: %w", ErrHandshake, err)
+	case h.typ != frameHello:
+		err = fmt.Errorf("%w: %w: first frame from the listener has type %d, want its hello", ErrHandshake, ErrMalformedFrame, h.typ)
+	case h.bodyLen > maxHelloBody:
+		err = fmt.Errorf("%w: %w: hello of %d bytes", ErrHandshake, ErrMalformedFrame, h.bodyLen)
+	default:
+		if body, err = readBody(br, h.bodyLen); err != nil {
+			err = fmt.Errorf("%w: %w", ErrHandshake, err)
+		}
+	}
+	if err != nil {
+		c.abort(err, true)
+		return false
+	}
+	hl, err := parseHello(body)
+	if err == nil && hl.version < helloV2 {
+		err = fmt.Errorf("%w: the listener answered with a hello of version %d", ErrMalformedFrame, hl.version)
+	}
+	if err == nil && c.t.cfg.CheckHello != nil {
+		peer := c.node
+		if peer == "" {
+			peer = hl.name
+		}
+		err = c.t.cfg.CheckHello(peer, int(hl.version), hl.payload)
+	}
+	if err != nil {
+		c.abort(fmt.Errorf("%w: %w", ErrHandshake, err), true)
+		return false
+	}
+	return c.disarmFrameDeadline()
 }

@@ -67,15 +67,20 @@ func (t *TCP) acceptLoop() {
 func (c *conn) serve() {
 	defer c.t.wg.Done()
 	br := bufio.NewReaderSize(c.nc, readBufferSize)
-	name, err := c.readHello(br)
+	hl, err := c.readHello(br)
 	if err == nil {
-		err = c.checkIdentity(name)
+		err = c.checkIdentity(hl.name)
 	}
 	if err != nil {
 		c.abort(err, true)
 		return
 	}
+	name := hl.name
 	c.label = name // before the writer starts: it reads label
+	if err := c.answerHello(hl); err != nil {
+		c.abort(err, true)
+		return
+	}
 	if err := c.t.admit(c, name); err != nil {
 		c.abort(err, !errors.Is(err, ErrClosed))
 		return
@@ -147,36 +152,60 @@ func (c *conn) serve() {
 
 // readHello reads the first frame, which must be a valid hello arriving
 // within HandshakeTimeout (TLS handshake included).
-func (c *conn) readHello(br *bufio.Reader) (string, error) {
+func (c *conn) readHello(br *bufio.Reader) (hello, error) {
 	timeout := c.t.cfg.HandshakeTimeout
-	// Both directions: a TLS handshake writes too. The writer moves the
-	// write deadline before its first write.
+	// Both directions: a TLS handshake writes too, and so does the answer
+	// to a version-2 hello. The writer moves the write deadline before its
+	// first write.
 	if err := c.nc.SetDeadline(time.Now().Add(timeout)); err != nil {
-		return "", err
+		return hello{}, err
 	}
 	h, err := readFrameHeader(br, &c.scratch, c.t.cfg.MaxFrameSize)
 	switch {
 	case isTimeout(err):
-		return "", fmt.Errorf("%w: no hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
+		return hello{}, fmt.Errorf("%w: no hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
 	case err != nil:
-		return "", fmt.Errorf("%w: %w", ErrHandshake, err)
+		return hello{}, fmt.Errorf("%w: %w", ErrHandshake, err)
 	case h.typ != frameHello:
-		return "", fmt.Errorf("%w: %w: first frame has type %d, want hello", ErrHandshake, ErrMalformedFrame, h.typ)
-	case h.bodyLen > 1+maxNameLen:
-		return "", fmt.Errorf("%w: %w: hello of %d bytes", ErrHandshake, ErrMalformedFrame, h.bodyLen)
+		return hello{}, fmt.Errorf("%w: %w: first frame has type %d, want hello", ErrHandshake, ErrMalformedFrame, h.typ)
+	case h.bodyLen > maxHelloBody:
+		return hello{}, fmt.Errorf("%w: %w: hello of %d bytes", ErrHandshake, ErrMalformedFrame, h.bodyLen)
 	}
 	body, err := readBody(br, h.bodyLen)
 	if isTimeout(err) {
-		return "", fmt.Errorf("%w: no hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
+		return hello{}, fmt.Errorf("%w: no hello within %v: %w", ErrHandshake, timeout, ErrTimeout)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrHandshake, err)
+		return hello{}, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
-	name, err := parseHello(body)
+	hl, err := parseHello(body)
 	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrHandshake, err)
+		return hello{}, fmt.Errorf("%w: %w", ErrHandshake, err)
 	}
-	return name, nil
+	return hl, nil
+}
+
+// answerHello answers a dialer's hello of version 2 or later with this
+// node's own, then has CheckHello judge the dialer's. The answer goes first,
+// written directly (the writer has not started; the handshake deadline
+// holds), so that a dialer refused here learns this node's payload and can
+// say why.
+func (c *conn) answerHello(hl hello) error {
+	if hl.version >= helloV2 {
+		if _, err := c.nc.Write(appendFrame(nil, frameHello, 0, c.t.hellos[helloV2-1])); err != nil {
+			if isTimeout(err) {
+				return fmt.Errorf("%w: answering the hello: %w", ErrHandshake, ErrTimeout)
+			}
+			return fmt.Errorf("%w: answering the hello: %w", ErrHandshake, err)
+		}
+	}
+	if c.t.cfg.CheckHello == nil {
+		return nil
+	}
+	if err := c.t.cfg.CheckHello(hl.name, int(hl.version), hl.payload); err != nil {
+		return fmt.Errorf("%w: %w", ErrHandshake, err)
+	}
+	return nil
 }
 
 // checkIdentity binds the name in a TLS peer's hello to the certificate

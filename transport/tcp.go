@@ -18,7 +18,7 @@ type TCP struct {
 	cfg         TCPConfig
 	maxBody     int           // MaxFrameSize minus the type and id
 	retireAfter time.Duration // a dialed conn idle this long gets replaced
-	hello       []byte        // body of the hello frame we send
+	hellos      [2][]byte     // bodies of the hellos we send: version 1, version 2
 	ln          net.Listener
 	addr        string
 	start       time.Time // monotonic origin for now()
@@ -75,7 +75,7 @@ func NewTCP(cfg TCPConfig) (*TCP, error) {
 		cfg:         cfg,
 		maxBody:     cfg.MaxFrameSize - frameHeaderSize,
 		retireAfter: cfg.IdleTimeout / 2,
-		hello:       appendHello(nil, cfg.Name),
+		hellos:      [2][]byte{appendHello(nil, helloV1, cfg.Name, nil), appendHello(nil, helloV2, cfg.Name, cfg.Hello)},
 		ln:          ln,
 		addr:        ln.Addr().String(),
 		start:       time.Now(),
@@ -253,6 +253,21 @@ func (t *TCP) report(peer string, err error) {
 	if t.cfg.OnError != nil {
 		t.cfg.OnError(peer, err)
 	}
+}
+
+// helloVersion is the version of the hello to open a connection to node
+// with.
+func (t *TCP) helloVersion(node string) byte {
+	switch {
+	case t.cfg.HelloVersion != nil:
+		if t.cfg.HelloVersion(node) < int(helloV2) {
+			return helloV1
+		}
+		return helloV2
+	case t.cfg.Hello != nil || t.cfg.CheckHello != nil:
+		return helloV2
+	}
+	return helloV1
 }
 
 // now is a monotonic clock reading in nanoseconds, cheap to store

@@ -39,6 +39,9 @@ type clusterSpec struct {
 	// nodes started with Config.NoVote.
 	autopilot *mesh.AutopilotConfig
 	noVote    []string
+	// binaries maps nodes to the node binary they start with (the
+	// upgrade scenario's previous release); the others run this tree's.
+	binaries map[string]string
 }
 
 // Fixed ports in a lab; the proxy relays port base+i to node i.
@@ -77,6 +80,8 @@ type node struct {
 	// bind and rpc are where it listens, advGossip and advRPC what it
 	// advertises through the proxy ("" without one).
 	bind, rpc, advGossip, advRPC string
+	// bin is the node binary its next process runs.
+	bin string
 
 	mu      sync.Mutex
 	p       *proc
@@ -117,7 +122,10 @@ func newCluster(t *testing.T, spec clusterSpec) *cluster {
 }
 
 func (c *cluster) newNode(name string, voter bool) *node {
-	n := &node{c: c, name: name, voter: voter, index: len(c.nodes), changed: make(chan struct{})}
+	n := &node{c: c, name: name, voter: voter, index: len(c.nodes), changed: make(chan struct{}), bin: c.bin}
+	if bin, ok := c.spec.binaries[name]; ok {
+		n.bin = bin
+	}
 	if lab := c.spec.lab; lab != nil {
 		if _, ok := lab.hosts[name]; !ok {
 			lab.addHost(name, 100+n.index)
@@ -204,7 +212,9 @@ func (c *cluster) start(n *node) error {
 	if slices.Contains(c.spec.noVote, n.name) {
 		args = append(args, "-no-vote")
 	}
-	argv := append([]string{c.bin}, args...)
+	n.mu.Lock()
+	argv := append([]string{n.bin}, args...)
+	n.mu.Unlock()
 	if c.spec.lab != nil {
 		argv = c.spec.lab.exec(n.name, argv...)
 	}
@@ -234,6 +244,16 @@ func (c *cluster) start(n *node) error {
 	n.changed = make(chan struct{})
 	n.mu.Unlock()
 	return nil
+}
+
+// upgrade stops n (it leaves: leases released, gossip told) and starts it
+// again on bin, with the addresses of its earlier processes.
+func (c *cluster) upgrade(n *node, bin string) error {
+	c.leave(n)
+	n.mu.Lock()
+	n.bin = bin
+	n.mu.Unlock()
+	return c.start(n)
 }
 
 // startProxy starts the relay every node advertises: port 8000+i and

@@ -45,6 +45,14 @@
 //     autopilot (DeadAfter 2s) promotes the healthy spare and retires the
 //     dead voter (the autopilot's own pilot), never the node started with
 //     NoVote, and never removes before it has added.
+//   - TestRollingUpgrade: a mesh of the previous release's nodes (commit
+//     4de5f7e, protocol version 1, built from git history; skipped with a
+//     message when the clone lacks it) and this tree's, two old voters and
+//     a new one, an old and a new non-voter; clients lock on every node, then
+//     each old node leaves and starts again on the new binary. Every node is
+//     granted leases in the mixed mesh, a new node that gives up waiting
+//     (and so sends OpUnwatch) disturbs no old one, and no node refuses
+//     another's settings.
 //   - TestChecksCatchBrokenHistories, TestModelOfWhatClientsSee: each check
 //     fails on a history broken the way it guards against, and the model
 //     accepts what clients of the mesh may legally see, full restarts
@@ -57,7 +65,8 @@
 //
 // On loopback, without root: TestKillHolder, TestPausedHolderIsFenced,
 // TestRollingRestart, TestFullRestart (the one with an amnesia in its
-// history), TestVoterGoneForGood, TestAutopilotReplacesGoneVoter. In
+// history), TestVoterGoneForGood, TestAutopilotReplacesGoneVoter,
+// TestRollingUpgrade. In
 // network namespaces (root): TestPartition, TestSlowNetwork. A failed
 // linearizability check names the HTML file it left; set
 // LOCKMESH_ARTIFACTS=dir to choose where.

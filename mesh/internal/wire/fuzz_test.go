@@ -1,4 +1,4 @@
-package mesh
+package wire
 
 import (
 	"bytes"
@@ -11,28 +11,31 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
 // Fuzz targets for every decoder of network input: the ballot messages
-// (wire.go), catch-up messages (go-msgpack, codec.go), configuration
-// pushes and fetch replies (configwire.go) and gossip metadata (meta.go). The transport's frame decoder has its own, FuzzReadFrame.
+// (ballot.go), catch-up messages, configuration pushes and fetch replies
+// (go-msgpack, reflect.go), gossip metadata and the hello payload
+// (versions.go). The transport's frame and hello decoder has its own,
+// FuzzReadFrame.
 // Each target checks that no input panics, that a refusal wraps
-// errMalformed, that what is decoded is within the limits and no larger
+// ErrMalformed, that what is decoded is within the limits and no larger
 // than the input allows, that decoding allocates at most a small multiple
 // of the input, and, where the encoding is ours, that re-encoding gives
 // the same message back. Seed corpora are in testdata/fuzz/<target>/.
 //
-//	go test -run '^$' -fuzz '^FuzzDecodeRequest$' -fuzztime 2m ./mesh/
+//	go test -run '^$' -fuzz '^FuzzDecodeRequest$' -fuzztime 2m ./mesh/internal/wire/
 //
 // .ci/fuzz runs each for a few seconds.
 
-// fuzzLimits are the limits the targets decode under: the defaults.
-var fuzzLimits = (&Config{}).limits()
+// fuzzLimits are the limits the targets decode under: the mesh's defaults.
+var fuzzLimits = Limits{MaxOps: 16384, MaxKeyLen: 512, MaxKeys: 1 << 16, MaxEntries: 1 << 16}
 
 // Allocation bounds: base bytes plus so many bytes per input byte. The
 // hand-written decoders allocate at most a Go struct per encoded element
-// (an Op is about 200 bytes in memory for at least minOpBytes on the wire);
+// (an Op is about 200 bytes in memory for at least MinOpBytes on the wire);
 // go-msgpack grows slices in steps and an entry is bigger still.
 const (
 	allocBase        = 64 << 10
@@ -67,8 +70,8 @@ func boundedAlloc(t *testing.T, data []byte, perByte int, decode func()) {
 // refused checks that a decoding error is one of ours.
 func refused(t *testing.T, err error) {
 	t.Helper()
-	if !errors.Is(err, errMalformed) {
-		t.Fatalf("error %v does not wrap errMalformed", err)
+	if !errors.Is(err, ErrMalformed) {
+		t.Fatalf("error %v does not wrap ErrMalformed", err)
 	}
 }
 
@@ -123,24 +126,24 @@ func sampleNotifies() []quorum.Notify {
 
 func FuzzDecodeRequest(f *testing.F) {
 	for _, r := range sampleRequests() {
-		f.Add(encodeRequest(&r))
+		f.Add(EncodeRequest(&r))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := fuzzLimits.decodeRequest(data)
-		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.decodeRequest(data) })
+		r, err := fuzzLimits.DecodeRequest(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.DecodeRequest(data) })
 		if err != nil {
 			refused(t, err)
 			return
 		}
-		if n := len(r.Ops); n == 0 || n > fuzzLimits.maxOps || n > len(data)/minOpBytes {
+		if n := len(r.Ops); n == 0 || n > fuzzLimits.MaxOps || n > len(data)/MinOpBytes {
 			t.Fatalf("%d operations decoded from %d bytes", n, len(data))
 		}
 		for _, op := range r.Ops {
-			if err := fuzzLimits.checkKey(op.Key); err != nil {
+			if err := fuzzLimits.CheckKey(op.Key); err != nil {
 				t.Fatalf("decoded an invalid key: %v", err)
 			}
 		}
-		again, err := fuzzLimits.decodeRequest(encodeRequest(r))
+		again, err := fuzzLimits.DecodeRequest(EncodeRequest(r))
 		if err != nil || !reflect.DeepEqual(r, again) {
 			t.Fatalf("re-encoding changed the request: %v\n%+v\n%+v", err, r, again)
 		}
@@ -149,19 +152,19 @@ func FuzzDecodeRequest(f *testing.F) {
 
 func FuzzDecodeResponse(f *testing.F) {
 	for _, r := range sampleResponses() {
-		f.Add(encodeResponse(&r))
+		f.Add(EncodeResponse(&r))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := fuzzLimits.decodeResponse(data)
-		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.decodeResponse(data) })
+		r, err := fuzzLimits.DecodeResponse(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.DecodeResponse(data) })
 		if err != nil {
 			refused(t, err)
 			return
 		}
-		if n := len(r.Results); n > fuzzLimits.maxOps || n > len(data)/minResultBytes {
+		if n := len(r.Results); n > fuzzLimits.MaxOps || n > len(data)/MinResultBytes {
 			t.Fatalf("%d results decoded from %d bytes", n, len(data))
 		}
-		again, err := fuzzLimits.decodeResponse(encodeResponse(r))
+		again, err := fuzzLimits.DecodeResponse(EncodeResponse(r))
 		if err != nil || !reflect.DeepEqual(r, again) {
 			t.Fatalf("re-encoding changed the response: %v\n%+v\n%+v", err, r, again)
 		}
@@ -170,50 +173,53 @@ func FuzzDecodeResponse(f *testing.F) {
 
 func FuzzDecodeNotify(f *testing.F) {
 	for _, n := range sampleNotifies() {
-		f.Add(encodeNotify(&n))
+		f.Add(EncodeNotify(&n))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n, err := fuzzLimits.decodeNotify(data)
-		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.decodeNotify(data) })
+		n, err := fuzzLimits.DecodeNotify(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { fuzzLimits.DecodeNotify(data) })
 		if err != nil {
 			refused(t, err)
 			return
 		}
-		if len(n.Keys)+len(n.Promised) > len(data) || len(n.Keys) > fuzzLimits.maxKeys || len(n.Promised) > fuzzLimits.maxKeys {
+		if len(n.Keys)+len(n.Promised) > len(data) || len(n.Keys) > fuzzLimits.MaxKeys || len(n.Promised) > fuzzLimits.MaxKeys {
 			t.Fatalf("%d keys and %d ballots decoded from %d bytes", len(n.Keys), len(n.Promised), len(data))
 		}
 		for _, k := range n.Keys {
-			if err := fuzzLimits.checkKey(k); err != nil {
+			if err := fuzzLimits.CheckKey(k); err != nil {
 				t.Fatalf("decoded an invalid key: %v", err)
 			}
 		}
-		again, err := fuzzLimits.decodeNotify(encodeNotify(n))
+		again, err := fuzzLimits.DecodeNotify(EncodeNotify(n))
 		if err != nil || !reflect.DeepEqual(n, again) {
 			t.Fatalf("re-encoding changed the notification: %v\n%+v\n%+v", err, n, again)
 		}
 	})
 }
 
-func sampleMetas() []nodeMeta {
-	return []nodeMeta{
+func sampleMetas() []Meta {
+	v2 := Meta{RPC: "10.0.0.2:7947", Config: 0xfeedfacecafebeef, Inc: 1795910400123456789}
+	v2.SetSettings(Settings{Versions: Supported, Drift: 0.01, TTL: 10 * time.Second, MaxTTL: time.Minute})
+	return []Meta{
 		{RPC: "10.0.0.1:7947"},
 		{RPC: "[::1]:7947", Expect: 3},
 		{RPC: "127.0.0.1:7947", Config: 0xfeedfacecafebeef, Inc: 1795910400123456789},
 		{RPC: "h:1", Config: 1, Inc: 1},
+		v2,
 	}
 }
 
 func FuzzDecodeMeta(f *testing.F) {
 	for _, m := range sampleMetas() {
-		b, err := m.encode()
+		b, err := m.Encode()
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := decodeMeta(data)
-		boundedAlloc(t, data, allocPerByteGo, func() { decodeMeta(data) })
+		m, err := DecodeMeta(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { DecodeMeta(data) })
 		if err != nil {
 			refused(t, err)
 			return
@@ -221,13 +227,51 @@ func FuzzDecodeMeta(f *testing.F) {
 		if len(m.RPC) > len(data) {
 			t.Fatalf("decoded an address of %d bytes from %d bytes", len(m.RPC), len(data))
 		}
-		b, err := m.encode()
+		if s, ok := m.Settings(); ok {
+			if err := s.check(); err != nil {
+				t.Fatalf("decoded impossible settings: %v", err)
+			}
+		}
+		b, err := m.Encode()
 		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) > memberlist.MetaMaxSize {
 			return // a loose input can re-encode over memberlist's limit
 		}
-		again, err := decodeMeta(b)
-		if err != nil || again.RPC != m.RPC || again.Expect != m.Expect || again.Config != m.Config || again.Inc != m.Inc {
+		again, err := DecodeMeta(b)
+		if err != nil || again != m {
 			t.Fatalf("re-encoding changed the metadata: %v\n%+v\n%+v", err, m, again)
+		}
+	})
+}
+
+func sampleSettings() []Settings {
+	return []Settings{
+		{Versions: Supported, Drift: 0.01, TTL: 10 * time.Second, MaxTTL: 10 * time.Second},
+		{Versions: Range{1, 1}, Drift: 0, TTL: time.Second, MaxTTL: time.Hour},
+		{Versions: Range{2, 255}, Drift: 0.1, TTL: 1, MaxTTL: 24 * time.Hour},
+	}
+}
+
+// FuzzDecodeSettings drives the decoder of the transport hello's payload.
+func FuzzDecodeSettings(f *testing.F) {
+	for _, s := range sampleSettings() {
+		f.Add(EncodeSettings(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := DecodeSettings(data)
+		boundedAlloc(t, data, allocPerByteWire, func() { DecodeSettings(data) })
+		if err != nil {
+			refused(t, err)
+			return
+		}
+		if err := s.check(); err != nil {
+			t.Fatalf("decoded impossible settings: %v", err)
+		}
+		again, err := DecodeSettings(EncodeSettings(s))
+		if err != nil || again != s {
+			t.Fatalf("re-encoding changed the settings: %v\n%+v\n%+v", err, s, again)
 		}
 	})
 }
@@ -235,20 +279,20 @@ func FuzzDecodeMeta(f *testing.F) {
 func sampleCatchUps(t testing.TB) [][]byte {
 	var out [][]byte
 	add := func(kind byte, v any) {
-		b, err := encode(kind, v)
+		b, err := Encode(kind, v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, b)
 	}
-	add(kindCatchUp, &quorum.CatchUpRequest{Config: 7, From: "node-1", To: "node-2", Bucket: 3, Buckets: 64})
-	add(kindCatchUpReply, &quorum.CatchUpResponse{Config: 7, From: "node-2", To: "node-1", Inc: 1 << 40, Status: quorum.StatusRecovering, Bucket: 3})
+	add(KindCatchUp, &quorum.CatchUpRequest{Config: 7, From: "node-1", To: "node-2", Bucket: 3, Buckets: 64})
+	add(KindCatchUpReply, &quorum.CatchUpResponse{Config: 7, From: "node-2", To: "node-1", Inc: 1 << 40, Status: quorum.StatusRecovering, Bucket: 3})
 	reply := &quorum.CatchUpResponse{Config: 7, From: "node-2", To: "node-1", Inc: 1 << 40, Bucket: 9}
 	for i := range 20 {
 		reply.Entries = append(reply.Entries, quorum.Entry{Key: fmt.Sprintf("k%d", i), Promise: sampleBallot(uint64(i), "node-1"),
 			Accepted: sampleBallot(1, "node-3"), Value: sampleValue(i%3 == 0), MaxEpoch: uint64(i) << 20})
 	}
-	add(kindCatchUpReply, reply)
+	add(KindCatchUpReply, reply)
 	return out
 }
 
@@ -260,49 +304,29 @@ func FuzzDecodeCatchUp(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req quorum.CatchUpRequest
-		err := decode(data, kindCatchUp, &req)
+		err := Decode(data, KindCatchUp, &req)
 		boundedAlloc(t, data, allocPerByteGo, func() {
 			var req quorum.CatchUpRequest
-			decode(data, kindCatchUp, &req)
+			Decode(data, KindCatchUp, &req)
 		})
 		if err != nil {
 			refused(t, err)
 		}
-		resp, err := fuzzLimits.decodeCatchUpReply(data)
-		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.decodeCatchUpReply(data) })
+		resp, err := fuzzLimits.DecodeCatchUpReply(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.DecodeCatchUpReply(data) })
 		if err != nil {
 			refused(t, err)
 			return
 		}
-		if n := len(resp.Entries); n > fuzzLimits.maxEntry || n > len(data)/minEntryBytes {
+		if n := len(resp.Entries); n > fuzzLimits.MaxEntries || n > len(data)/MinEntryBytes {
 			t.Fatalf("%d entries decoded from %d bytes", n, len(data))
 		}
 		for _, e := range resp.Entries {
-			if err := fuzzLimits.checkKey(e.Key); err != nil {
+			if err := fuzzLimits.CheckKey(e.Key); err != nil {
 				t.Fatalf("decoded an invalid key: %v", err)
 			}
 		}
 	})
-}
-
-// The smallest encodings, which bound how many elements a message of a
-// given size can announce, are what wire.go produces for zero values.
-func TestSmallestEncodings(t *testing.T) {
-	none := len(encodeRequest(&quorum.Request{}))
-	one := len(encodeRequest(&quorum.Request{Ops: make([]quorum.Op, 1)}))
-	if one-none != minOpBytes {
-		t.Errorf("a zero operation takes %d bytes, minOpBytes is %d", one-none, minOpBytes)
-	}
-	none = len(encodeResponse(&quorum.Response{}))
-	one = len(encodeResponse(&quorum.Response{Results: make([]quorum.Result, 1)}))
-	if one-none != minResultBytes {
-		t.Errorf("a zero result takes %d bytes, minResultBytes is %d", one-none, minResultBytes)
-	}
-	e1, _ := encode(kindCatchUpReply, &quorum.CatchUpResponse{})
-	e2, _ := encode(kindCatchUpReply, &quorum.CatchUpResponse{Entries: []quorum.Entry{{Key: "x"}}})
-	if d := len(e2) - len(e1); d < minEntryBytes {
-		t.Errorf("an entry with a one-byte key takes %d bytes, minEntryBytes is %d", d, minEntryBytes)
-	}
 }
 
 func sampleMemberships() []quorum.Membership {
@@ -314,29 +338,29 @@ func sampleMemberships() []quorum.Membership {
 // FuzzDecodeConfigPush drives the decoder of configuration pushes.
 func FuzzDecodeConfigPush(f *testing.F) {
 	for _, m := range sampleMemberships() {
-		b, err := encode(kindPush, &quorum.ConfigPush{From: "a", To: "d", Members: m})
+		b, err := Encode(KindPush, &quorum.ConfigPush{From: "a", To: "d", Members: m})
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		push, err := fuzzLimits.decodeConfigPush(data)
-		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.decodeConfigPush(data) })
+		push, err := DecodeConfigPush(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { DecodeConfigPush(data) })
 		if err != nil {
 			refused(t, err)
 			return
 		}
 		checkDecodedMembership(t, data, &push.Members)
-		b, err := encode(kindPush, push)
+		b, err := Encode(KindPush, push)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := fuzzLimits.decodeConfigPush(b)
+		again, err := DecodeConfigPush(b)
 		if err != nil {
 			t.Fatalf("re-encoding gave a push that is refused: %v\n%+v", err, push)
 		}
-		if b2, _ := encode(kindPush, again); !bytes.Equal(b, b2) {
+		if b2, _ := Encode(KindPush, again); !bytes.Equal(b, b2) {
 			t.Fatalf("re-encoding changed the push:\n%+v\n%+v", push, again)
 		}
 	})
@@ -346,29 +370,29 @@ func FuzzDecodeConfigPush(f *testing.F) {
 // fetch.
 func FuzzDecodeConfigReply(f *testing.F) {
 	for _, m := range sampleMemberships() {
-		b, err := encode(kindConfigReply, &m)
+		b, err := Encode(KindConfigReply, &m)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		vs, err := fuzzLimits.decodeConfigReply(data)
-		boundedAlloc(t, data, allocPerByteGo, func() { fuzzLimits.decodeConfigReply(data) })
+		vs, err := DecodeConfigReply(data)
+		boundedAlloc(t, data, allocPerByteGo, func() { DecodeConfigReply(data) })
 		if err != nil {
 			refused(t, err)
 			return
 		}
 		checkDecodedMembership(t, data, &vs)
-		b, err := encode(kindConfigReply, &vs)
+		b, err := Encode(KindConfigReply, &vs)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := fuzzLimits.decodeConfigReply(b)
+		again, err := DecodeConfigReply(b)
 		if err != nil {
 			t.Fatalf("re-encoding gave a configuration that is refused: %v\n%+v", err, vs)
 		}
-		if b2, _ := encode(kindConfigReply, &again); !bytes.Equal(b, b2) {
+		if b2, _ := Encode(KindConfigReply, &again); !bytes.Equal(b, b2) {
 			t.Fatalf("re-encoding changed the configuration:\n%+v\n%+v", vs, again)
 		}
 	})
@@ -381,7 +405,7 @@ func checkDecodedMembership(t *testing.T, data []byte, m *quorum.Membership) {
 	if err := m.Validate(); err != nil {
 		t.Fatalf("decoded an invalid configuration: %v", err)
 	}
-	if len(m.Voters) > maxVoters || len(m.Prev) > maxVoters || len(m.Joined) > maxVoters || len(m.Retired) > maxRetired {
+	if len(m.Voters) > MaxVoters || len(m.Prev) > MaxVoters || len(m.Joined) > MaxVoters || len(m.Retired) > MaxRetired {
 		t.Fatalf("decoded a configuration over the limits: %+v", m)
 	}
 	if n := len(m.Voters) + len(m.Prev) + len(m.Joined) + len(m.Retired); n > len(data) {

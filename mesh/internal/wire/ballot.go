@@ -1,0 +1,353 @@
+package wire
+
+import (
+	"fmt"
+
+	"github.com/lockmesh/lockmesh/quorum"
+)
+
+// The ballot messages: requests, responses and notifications, encoded by
+// hand (msgpack.go). The field counts below are what this version writes;
+// a decoder requires at least the ones every version wrote and skips any
+// beyond those it knows.
+
+const (
+	flagWatch   = 1
+	flagIfFree  = 2
+	flagMigrate = 4
+)
+
+// Fields of each struct: written by this version; the fewest a decoder
+// takes (fields after them being optional).
+const (
+	ballotFields     = 3
+	valueFields      = 6 // 7 with a voter configuration (the configuration register's value)
+	membershipFields = 6
+	joinedFields     = 2
+	opFields         = 8
+	requestFields    = 4
+	resultFields     = 9 // the ninth is reserved: written 0, read as anything
+	responseFields   = 5 // 6 with the acceptor's configuration
+	notifyFields     = 5
+)
+
+func (e *encoder) ballot(b quorum.Ballot) {
+	e.fields(ballotFields)
+	e.uint(b.Counter)
+	e.uint(b.Incarnation)
+	e.str(string(b.Node))
+	e.end()
+}
+
+// value encodes v; the configuration register's value has a seventh field.
+// A field added after it must write nil there when v.Config is nil.
+func (e *encoder) value(v quorum.Value) {
+	optional := v.Config != nil || e.later > 0
+	if optional {
+		e.fields(valueFields + 1)
+	} else {
+		e.fields(valueFields)
+	}
+	e.bool(v.Held)
+	e.str(string(v.Holder))
+	e.uint(v.HolderInc)
+	e.uint(v.Epoch)
+	e.duration(v.TTL)
+	e.ballot(v.Lease)
+	switch {
+	case v.Config != nil:
+		e.membership(v.Config)
+	case optional:
+		e.b = append(e.b, 0xc0) // nil
+	}
+	e.end()
+}
+
+func (e *encoder) names(ns []quorum.NodeID) {
+	e.array(len(ns))
+	for _, n := range ns {
+		e.str(string(n))
+	}
+}
+
+// membership encodes a voter configuration.
+func (e *encoder) membership(m *quorum.Membership) {
+	e.fields(membershipFields)
+	e.uint(m.ID)
+	e.names(m.Voters)
+	e.names(m.Retired)
+	e.bool(m.Pending)
+	e.names(m.Prev)
+	e.array(len(m.Joined))
+	for _, j := range m.Joined {
+		e.fields(joinedFields)
+		e.str(string(j.ID))
+		e.uint(j.Inc)
+		e.end()
+	}
+	e.end()
+}
+
+// EncodeRequest encodes a request as a transport body (KindRequest).
+func EncodeRequest(r *quorum.Request) []byte {
+	e := encoder{b: make([]byte, 0, 64+96*len(r.Ops))}
+	e.request(r)
+	return e.b
+}
+
+func (e *encoder) request(r *quorum.Request) {
+	e.b = append(e.b, KindRequest)
+	e.fields(requestFields)
+	e.uint(r.Config)
+	e.str(string(r.From))
+	e.str(string(r.To))
+	e.array(len(r.Ops))
+	for i := range r.Ops {
+		op := &r.Ops[i]
+		e.fields(opFields)
+		e.uint(op.ID)
+		e.uint(uint64(op.Kind))
+		e.str(op.Key)
+		e.ballot(op.Ballot)
+		e.uint(op.Inc)
+		e.value(op.Value)
+		e.ballot(op.Next)
+		var flags uint64
+		if op.Watch {
+			flags |= flagWatch
+		}
+		if op.IfFree {
+			flags |= flagIfFree
+		}
+		if op.Migrate {
+			flags |= flagMigrate
+		}
+		e.uint(flags)
+		e.end()
+	}
+	e.end()
+}
+
+// EncodeResponse encodes a response as a transport body (KindResponse).
+func EncodeResponse(r *quorum.Response) []byte {
+	e := encoder{b: make([]byte, 0, 64+64*len(r.Results))}
+	e.response(r)
+	return e.b
+}
+
+func (e *encoder) response(r *quorum.Response) {
+	e.b = append(e.b, KindResponse)
+	optional := r.Members != nil || e.later > 0 // the acceptor's configuration follows the results
+	if optional {
+		e.fields(responseFields + 1)
+	} else {
+		e.fields(responseFields)
+	}
+	e.uint(r.Config)
+	e.str(string(r.From))
+	e.uint(r.Inc)
+	e.uint(uint64(r.Status))
+	e.array(len(r.Results))
+	for i := range r.Results {
+		res := &r.Results[i]
+		e.fields(resultFields)
+		e.uint(res.ID)
+		e.bool(res.OK)
+		e.uint(uint64(res.Reason))
+		e.ballot(res.Promised)
+		e.ballot(res.Accepted)
+		e.value(res.Value)
+		e.duration(res.Remaining)
+		e.uint(res.MaxEpoch)
+		e.uint(0) // reserved (version 1 decoders read an integer here)
+		e.end()
+	}
+	switch {
+	case r.Members != nil:
+		e.membership(r.Members)
+	case optional:
+		e.b = append(e.b, 0xc0) // nil
+	}
+	e.end()
+}
+
+// EncodeNotify encodes a notification as a transport body (KindNotify).
+func EncodeNotify(n *quorum.Notify) []byte {
+	e := encoder{b: make([]byte, 0, 32+32*len(n.Keys))}
+	e.notify(n)
+	return e.b
+}
+
+func (e *encoder) notify(n *quorum.Notify) {
+	e.b = append(e.b, KindNotify)
+	e.fields(notifyFields)
+	e.uint(n.Config)
+	e.str(string(n.From))
+	e.str(string(n.To))
+	e.array(len(n.Keys))
+	for _, k := range n.Keys {
+		e.str(k)
+	}
+	e.array(len(n.Promised))
+	for _, c := range n.Promised {
+		e.uint(c)
+	}
+	e.end()
+}
+
+func (d *decoder) ballot() quorum.Ballot {
+	n := d.fields(ballotFields)
+	b := quorum.Ballot{Counter: d.uint(), Incarnation: d.uint(), Node: d.name()}
+	d.rest(n, ballotFields)
+	return b
+}
+
+func (d *decoder) value() quorum.Value {
+	n := d.fields(valueFields)
+	v := quorum.Value{
+		Held: d.bool(), Holder: d.name(), HolderInc: d.uint(),
+		Epoch: d.uint(), TTL: d.duration(), Lease: d.ballot(),
+	}
+	if n > valueFields && !d.isNil() {
+		v.Config = d.membership()
+	}
+	d.rest(n, valueFields+1)
+	return v
+}
+
+// nodeList reads a list of node names, at most limit.
+func (d *decoder) nodeList(limit int) []quorum.NodeID {
+	n := d.list(limit)
+	if d.err != nil || n == 0 {
+		return nil
+	}
+	out := make([]quorum.NodeID, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, d.name())
+	}
+	return out
+}
+
+func (d *decoder) membership() *quorum.Membership {
+	fields := d.fields(membershipFields)
+	m := &quorum.Membership{ID: d.uint()}
+	m.Voters = d.nodeList(MaxVoters)
+	m.Retired = d.nodeList(MaxRetired)
+	m.Pending = d.bool()
+	m.Prev = d.nodeList(MaxVoters)
+	n := d.list(MaxVoters)
+	for i := 0; i < n && d.err == nil; i++ {
+		f := d.fields(joinedFields)
+		m.Joined = append(m.Joined, quorum.Joined{ID: d.name(), Inc: d.uint()})
+		d.rest(f, joinedFields)
+	}
+	d.rest(fields, membershipFields)
+	if d.err == nil {
+		if err := m.Validate(); err != nil {
+			d.fail("%v", err)
+		}
+	}
+	return m
+}
+
+// DecodeRequest decodes and checks a request (KindRequest).
+func (l Limits) DecodeRequest(body []byte) (*quorum.Request, error) {
+	if len(body) == 0 || body[0] != KindRequest {
+		return nil, fmt.Errorf("%w: not a request", ErrMalformed)
+	}
+	d := decoder{b: body[1:]}
+	fields := d.fields(requestFields)
+	r := &quorum.Request{Config: d.uint(), From: d.name(), To: d.name()}
+	n := d.list(l.MaxOps)
+	d.fits(n, MinOpBytes)
+	if d.err == nil {
+		r.Ops = quorum.MakeOps(n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		op := &r.Ops[i]
+		f := d.fields(opFields)
+		op.ID = d.uint()
+		op.Kind = quorum.OpKind(d.uint())
+		op.Key = d.key(l.MaxKeyLen)
+		op.Ballot = d.ballot()
+		op.Inc = d.uint()
+		op.Value = d.value()
+		op.Next = d.ballot()
+		flags := d.uint()
+		op.Watch, op.IfFree, op.Migrate = flags&flagWatch != 0, flags&flagIfFree != 0, flags&flagMigrate != 0
+		d.rest(f, opFields)
+	}
+	d.rest(fields, requestFields)
+	if err := d.done("request"); err != nil {
+		return nil, err
+	}
+	if err := l.checkRequest(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// DecodeResponse decodes and checks a response (KindResponse).
+func (l Limits) DecodeResponse(body []byte) (*quorum.Response, error) {
+	if len(body) == 0 || body[0] != KindResponse {
+		return nil, fmt.Errorf("%w: not a response", ErrMalformed)
+	}
+	d := decoder{b: body[1:]}
+	fields := d.fields(responseFields)
+	r := &quorum.Response{Config: d.uint(), From: d.name(), Inc: d.uint(), Status: quorum.Status(d.uint())}
+	n := d.list(l.MaxOps)
+	d.fits(n, MinResultBytes)
+	if d.err == nil {
+		r.Results = quorum.MakeResults(n)
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		res := &r.Results[i]
+		f := d.fields(resultFields)
+		res.ID = d.uint()
+		res.OK = d.bool()
+		res.Reason = quorum.Reason(d.uint())
+		res.Promised = d.ballot()
+		res.Accepted = d.ballot()
+		res.Value = d.value()
+		res.Remaining = d.duration()
+		res.MaxEpoch = d.uint()
+		d.rest(f, resultFields-1) // the reserved field and any later ones
+	}
+	if fields > responseFields && !d.isNil() {
+		r.Members = d.membership()
+	}
+	d.rest(fields, responseFields+1)
+	if err := d.done("response"); err != nil {
+		return nil, err
+	}
+	if err := l.checkResponse(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// DecodeNotify decodes and checks a notification (KindNotify).
+func (l Limits) DecodeNotify(body []byte) (*quorum.Notify, error) {
+	if len(body) == 0 || body[0] != KindNotify {
+		return nil, fmt.Errorf("%w: not a notification", ErrMalformed)
+	}
+	d := decoder{b: body[1:]}
+	fields := d.fields(notifyFields)
+	n := &quorum.Notify{Config: d.uint(), From: d.name(), To: d.name()}
+	k := d.list(l.MaxKeys)
+	for i := 0; i < k && d.err == nil; i++ {
+		n.Keys = append(n.Keys, d.key(l.MaxKeyLen))
+	}
+	k = d.list(l.MaxKeys)
+	for i := 0; i < k && d.err == nil; i++ {
+		n.Promised = append(n.Promised, d.uint())
+	}
+	d.rest(fields, notifyFields)
+	if err := d.done("notification"); err != nil {
+		return nil, err
+	}
+	if err := l.checkNotify(n); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
