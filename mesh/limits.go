@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -49,8 +50,8 @@ func (l limits) checkUserKey(k string) error {
 	switch {
 	case k == "":
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(k) > l.maxKeyLen:
-		return fmt.Errorf("%w %s: %d bytes, longer than MaxKeyLength (%d)", ErrInvalidKey, quoteKey(k), len(k), l.maxKeyLen)
+	case len(k) > l.MaxKeyLen:
+		return fmt.Errorf("%w %s: %d bytes, longer than MaxKeyLength (%d)", ErrInvalidKey, quoteKey(k), len(k), l.MaxKeyLen)
 	case !utf8.ValidString(k):
 		return fmt.Errorf("%w %s: not UTF-8", ErrInvalidKey, quoteKey(k))
 	case k[0] == 0:

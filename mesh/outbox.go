@@ -149,12 +149,14 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 	wg.Wait()
 }
 
-// withoutUnwatch drops, in place, the OpUnwatch operations of ops, which a
-// node of protocol version 1 refuses (with the whole request). An unwatch
-// is a hint that a waiter left, and nothing waits for its result: without
-// it, such a voter may still hand the key to this node when it is freed,
-// and hands it to the next waiter after its hand-off grace, as between
-// nodes of version 1.
+// withoutUnwatch drops, in place, the OpUnwatch and OpForget operations of
+// ops, which a node of protocol version 1 refuses (with the whole request).
+// Both are hints whose results nothing waits for. Without an unwatch, such
+// a voter may still hand the key to this node when it is freed, and hands
+// it to the next waiter after its hand-off grace, as between nodes of
+// version 1; without a forget, it keeps the register, as version 1 did.
 func withoutUnwatch(ops []quorum.Op) []quorum.Op {
-	return slices.DeleteFunc(ops, func(op quorum.Op) bool { return op.Kind == quorum.OpUnwatch })
+	return slices.DeleteFunc(ops, func(op quorum.Op) bool {
+		return op.Kind == quorum.OpUnwatch || op.Kind == quorum.OpForget
+	})
 }

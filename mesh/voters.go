@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
@@ -224,17 +225,6 @@ func (m *Mesh) learn(vs quorum.Membership) {
 	}
 }
 
-// configInfo is the answer to a configuration fetch: the configuration,
-// its fields inline (so that a node reading a quorum.Membership, as older
-// ones do, reads it too), and what the node tells about itself: the
-// founding voters it was started with, if it knows them, and its voting
-// state (readiness probes read it; see ready.go).
-type configInfo struct {
-	quorum.Membership
-	Founders []quorum.NodeID `codec:"fv,omitempty"`
-	Voting   string          `codec:"vs,omitempty"` // VotingState's text
-}
-
 // fetchConfig asks a peer for its voter configuration.
 func (m *Mesh) fetchConfig(ctx context.Context, peer string) (quorum.Membership, error) {
 	info, err := m.fetchInfo(ctx, peer)
@@ -243,40 +233,16 @@ func (m *Mesh) fetchConfig(ctx context.Context, peer string) (quorum.Membership,
 
 // fetchInfo asks a peer for its voter configuration, founding voters and
 // voting state.
-func (m *Mesh) fetchInfo(ctx context.Context, peer string) (configInfo, error) {
+func (m *Mesh) fetchInfo(ctx context.Context, peer string) (wire.ConfigInfo, error) {
 	addr, ok := m.book.rpcAddr(peer)
 	if !ok {
-		return configInfo{}, fmt.Errorf("%w: %q", ErrUnknownNode, peer)
+		return wire.ConfigInfo{}, fmt.Errorf("%w: %q", ErrUnknownNode, peer)
 	}
 	reply, err := m.tr.Call(ctx, peer, addr, []byte{kindConfigFetch})
 	if err != nil {
-		return configInfo{}, err
+		return wire.ConfigInfo{}, err
 	}
-	return decodeConfigInfo(reply)
-}
-
-// decodeConfigInfo decodes and checks the answer to a configuration fetch,
-// as decodeConfigReply does, and the founding voters and voting state.
-func decodeConfigInfo(body []byte) (configInfo, error) {
-	var info configInfo
-	if err := decode(body, kindConfigReply, &info); err != nil {
-		return configInfo{}, err
-	}
-	if err := checkMembership(&info.Membership); err != nil {
-		return configInfo{}, err
-	}
-	if len(info.Founders) > maxVoters {
-		return configInfo{}, fmt.Errorf("%w: %w: %d founding voters (limit %d)", errMalformed, errTooManyOps, len(info.Founders), maxVoters)
-	}
-	for _, n := range info.Founders {
-		if err := checkName(n); err != nil {
-			return configInfo{}, err
-		}
-	}
-	if len(info.Voting) > 32 {
-		return configInfo{}, fmt.Errorf("%w: voting state of %d bytes", errMalformed, len(info.Voting))
-	}
-	return info, nil
+	return wire.DecodeConfigInfo(reply)
 }
 
 // learnFrom fetches a peer's configuration, which gossip says is newer than
@@ -334,7 +300,7 @@ func (m *Mesh) handleConfigFetch() ([]byte, error) {
 	if cur == nil {
 		return nil, ErrNoVoters
 	}
-	info := configInfo{Membership: *cur, Voting: m.votingState().String()}
+	info := wire.ConfigInfo{Membership: *cur, Voting: m.votingState().String()}
 	if f := m.founders.Load(); f != nil {
 		info.Founders = *f
 	}
@@ -355,7 +321,7 @@ func (m *Mesh) setFounders(ids []quorum.NodeID) {
 
 // learnFounders keeps the founding voters a peer told, if this node does
 // not know its own and they founded the peer's mesh.
-func (m *Mesh) learnFounders(info configInfo) {
+func (m *Mesh) learnFounders(info wire.ConfigInfo) {
 	if m.founders.Load() != nil || len(info.Founders) == 0 {
 		return
 	}
@@ -425,12 +391,12 @@ func (m *Mesh) otherMesh(peer, what string) {
 // fetchInfoRetrying fetches a peer's configuration info, trying again for a
 // while: a node that has just appeared in gossip may not know this one yet,
 // and refuses it until it does.
-func (m *Mesh) fetchInfoRetrying(peer string) (configInfo, error) {
+func (m *Mesh) fetchInfoRetrying(peer string) (wire.ConfigInfo, error) {
 	rt := m.cfg.roundTimeout()
 	var err error
 	for range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*rt)
-		var info configInfo
+		var info wire.ConfigInfo
 		info, err = m.fetchInfo(ctx, peer)
 		cancel()
 		if err == nil {
@@ -440,11 +406,11 @@ func (m *Mesh) fetchInfoRetrying(peer string) (configInfo, error) {
 		select {
 		case <-m.closed:
 			t.Stop()
-			return configInfo{}, ErrClosed
+			return wire.ConfigInfo{}, ErrClosed
 		case <-t.C: // a pause between attempts
 		}
 	}
-	return configInfo{}, err
+	return wire.ConfigInfo{}, err
 }
 
 // voterList spells a list of voters for Status, sorted ("unknown" when

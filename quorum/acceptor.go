@@ -38,6 +38,13 @@ type AcceptorConfig struct {
 	// in [0, 0.5). A timer the acceptor learns from another voter's clock
 	// (catch-up) is stretched by (1+ρ)/(1−ρ) to outlast it on this one.
 	Drift float64
+	// MaxRegisters is how many registers the acceptor keeps before it
+	// drops those idle longest that nothing depends on (see
+	// acceptor_registers.go). Zero means 65536.
+	MaxRegisters int
+	// RegisterIdle is how long a register that nothing depends on is kept
+	// unused before it is dropped. Zero means 10×MaxTTL.
+	RegisterIdle time.Duration
 	// Fresh starts the acceptor live, without quarantine or catch-up: only
 	// for a node that has just been added to the voters and never voted
 	// before (a removed voter's name never returns). An empty acceptor is a
@@ -123,6 +130,7 @@ type register struct {
 	handedTo    NodeID
 	handedUntil time.Duration
 	eligible    int
+	used        uint64 // the register's current entry in Acceptor.lru
 }
 
 // reservedAgainst reports whether a hand-off running at now keeps the key
@@ -178,6 +186,14 @@ type Acceptor struct {
 	// from; epochs then rest on the wall-clock floor alone.
 	floorOnly bool
 
+	// Registers by last use, and the floors that stand for the dropped
+	// ones (acceptor_registers.go).
+	lru          []lruEntry
+	lruSeq       uint64
+	sweptAt      time.Duration // when SweepCandidates last looked
+	promiseFloor Ballot
+	epochFloor   uint64
+
 	stats  AcceptorStats
 	faults acceptorFaults
 }
@@ -191,11 +207,14 @@ type acceptorFaults struct {
 	untimedCatchUp    bool // learn held values in catch-up without a timer
 	skipPrevCatchUp   bool // while a change is pending, catch up from the new voters only
 	floorOnMajority   bool // conclude a full restart when a majority recovers, not all answered
+	dropAny           bool // drop on OpForget whatever the register holds
 }
 
 // AcceptorStats counts what an acceptor did.
 type AcceptorStats struct {
 	Prepares, Accepts, Refused, WrongConfig, Notifies, ConfigChanges uint64
+	// Dropped counts the registers dropped (see acceptor_registers.go).
+	Dropped uint64
 }
 
 // NewAcceptor returns an acceptor that starts Quarantined.
@@ -211,6 +230,12 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 	}
 	if cfg.HandoffGrace <= 0 {
 		cfg.HandoffGrace = 100 * time.Millisecond
+	}
+	if cfg.MaxRegisters <= 0 {
+		cfg.MaxRegisters = 65536
+	}
+	if cfg.RegisterIdle <= 0 {
+		cfg.RegisterIdle = 10 * cfg.MaxTTL
 	}
 	a := &Acceptor{
 		cfg:       cfg,
@@ -304,11 +329,14 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 			resp.Results[i] = a.handlePeek(op, now)
 		case OpUnwatch:
 			resp.Results[i] = a.handleUnwatch(req.From, op, now)
+		case OpForget:
+			resp.Results[i] = a.handleForget(op, now)
 		default:
 			resp.Results[i] = Result{ID: op.ID, Reason: ReasonInvalid}
 			a.stats.Refused++
 		}
 	}
+	a.compactLRU()
 	return resp
 }
 
@@ -380,7 +408,8 @@ func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 	}
 	r := a.regs[op.Key]
 	if r == nil {
-		return Result{ID: op.ID, OK: true}
+		// Nothing here, or dropped: the floors stand for it.
+		return Result{ID: op.ID, OK: true, Promised: a.promiseFloor, MaxEpoch: a.epochFloor}
 	}
 	return Result{ID: op.ID, OK: true, Promised: r.promise, Accepted: r.accepted,
 		Value: r.value, Remaining: r.remaining(now), MaxEpoch: r.maxEpoch}
@@ -466,15 +495,6 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	return Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
 }
 
-func (a *Acceptor) register(key string) *register {
-	r := a.regs[key]
-	if r == nil {
-		r = &register{}
-		a.regs[key] = r
-	}
-	return r
-}
-
 // Adopt switches to m if it is a newer configuration of this acceptor's
 // cluster, and reports whether it did. Only a chosen configuration may be
 // adopted: the one a proposer saw chosen and pushes (ConfigPush), or one
@@ -485,6 +505,7 @@ func (a *Acceptor) Adopt(m Membership) bool {
 		return false
 	}
 	a.m = m.clone()
+	a.epochFloor = max(a.epochFloor, m.EpochFloor)
 	a.stats.ConfigChanges++
 	if a.state == CatchingUp {
 		a.catchUp = nil
@@ -529,6 +550,16 @@ func (a *Acceptor) NextTick() (time.Duration, bool) {
 	}
 	if len(a.expiries) > 0 {
 		set(a.expiries[0].at)
+	}
+	if a.state == Live && len(a.lru) > 0 {
+		// The next sweep (acceptor_registers.go): a retry interval after
+		// the last one when over MaxRegisters, else when the register idle
+		// longest is due.
+		if len(a.regs) > a.cfg.MaxRegisters {
+			set(a.sweptAt + a.cfg.RetryInterval)
+		} else {
+			set(max(a.lru[0].at+a.cfg.RegisterIdle, a.sweptAt+a.cfg.RetryInterval))
+		}
 	}
 	return at, ok
 }

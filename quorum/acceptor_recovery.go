@@ -107,6 +107,9 @@ func (c *catchUp) next(retry time.Duration) (time.Duration, bool) {
 func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	resp := &CatchUpResponse{Config: a.m.ID, From: a.cfg.ID, To: req.From, Inc: a.cfg.Incarnation,
 		Bucket: req.Bucket, List: req.List, Horizon: a.Horizon()}
+	if a.state == Live {
+		resp.PromiseFloor, resp.EpochFloor = a.promiseFloor, a.epochFloor
+	}
 	if req.Config != a.m.ID {
 		a.stats.WrongConfig++
 		resp.Status = StatusWrongConfig
@@ -182,6 +185,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return // an answer to an earlier, repeated question
 	}
 	p.recovering = false
+	a.mergeFloors(resp.PromiseFloor, resp.EpochFloor)
 	for i := range resp.Entries {
 		a.merge(&resp.Entries[i])
 	}

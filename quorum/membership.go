@@ -35,6 +35,12 @@ type Membership struct {
 	// an empty state; any later incarnation of it has forgotten what it
 	// voted and must wait out its quarantine and catch up.
 	Joined []Joined `codec:"j,omitempty"`
+	// EpochFloor is the highest epoch of the keys the voters before this
+	// configuration had dropped when it was settled (see
+	// acceptor_registers.go): a voter that joins learns it with the
+	// configuration, so that a dropped key's next token is above every
+	// earlier one whichever voters grant it. It only grows.
+	EpochFloor uint64 `codec:"ef,omitempty"`
 }
 
 // Joined names a voter added by a change and the incarnation added.
@@ -77,6 +83,7 @@ func (m Membership) Newer(o Membership) bool {
 // m's is recorded as joined with incarnation inc.
 func (m Membership) Next(voters []NodeID, pending bool, inc uint64) Membership {
 	n := NewMembership(m.ID+1, voters...)
+	n.EpochFloor = m.EpochFloor
 	n.Retired = slices.Clone(m.Retired)
 	for _, v := range m.Voters {
 		if !n.IsVoter(v) && !slices.Contains(n.Retired, v) {
@@ -112,7 +119,7 @@ func (m Membership) JoinedAs(id NodeID) (uint64, bool) {
 
 // Equal reports whether m and o are the same configuration.
 func (m Membership) Equal(o Membership) bool {
-	return m.ID == o.ID && slices.Equal(m.Voters, o.Voters) && m.Pending == o.Pending &&
+	return m.ID == o.ID && m.EpochFloor == o.EpochFloor && slices.Equal(m.Voters, o.Voters) && m.Pending == o.Pending &&
 		slices.Equal(m.Prev, o.Prev) && slices.Equal(m.Retired, o.Retired) && slices.Equal(m.Joined, o.Joined)
 }
 

@@ -20,6 +20,10 @@ const (
 	// acceptor: its waiting acquire ended, or it was told of a free key it
 	// no longer wants. It carries no ballot and changes no register.
 	OpUnwatch OpKind = 4
+	// OpForget drops the key's register if it still holds the free value
+	// accepted at Ballot: every voter was seen to hold just that (see
+	// acceptor_registers.go).
+	OpForget OpKind = 5
 )
 
 func (k OpKind) String() string {
@@ -32,6 +36,8 @@ func (k OpKind) String() string {
 		return "peek"
 	case OpUnwatch:
 		return "unwatch"
+	case OpForget:
+		return "forget"
 	}
 	return "op?"
 }
@@ -241,6 +247,11 @@ type CatchUpResponse struct {
 	// of the vote until the longest horizon it hears of has passed since
 	// its start, whatever its own, perhaps lowered, MaxTTL says.
 	Horizon time.Duration `codec:"h,omitempty"`
+	// PromiseFloor and EpochFloor stand for the registers the responder
+	// dropped (see acceptor_registers.go): the recovering acceptor, or the
+	// proposer moving keys into new voters, takes them over.
+	PromiseFloor Ballot `codec:"pf,omitempty"`
+	EpochFloor   uint64 `codec:"ef,omitempty"`
 }
 
 // Entry is one register as a catch-up carries it.

@@ -67,6 +67,8 @@ type NodeConfig struct {
 	CatchUpBuckets uint32
 	RetryInterval  time.Duration
 	HandoffGrace   time.Duration
+	MaxRegisters   int
+	RegisterIdle   time.Duration
 
 	// faults break the protocol on purpose, in tests only.
 	faults nodeFaults
@@ -248,6 +250,7 @@ func (n *Node) maybeVote() error {
 		ID: n.id, Incarnation: n.inc, Membership: n.m, Clock: n.cfg.Clock,
 		MaxTTL: n.cfg.MaxTTL, Quarantine: n.cfg.Quarantine, CatchUpBuckets: n.cfg.CatchUpBuckets,
 		RetryInterval: n.cfg.RetryInterval, HandoffGrace: n.cfg.HandoffGrace, Drift: n.cfg.Drift,
+		MaxRegisters: n.cfg.MaxRegisters, RegisterIdle: n.cfg.RegisterIdle,
 		Fresh: joined && inc == n.inc,
 	})
 	if err != nil {
@@ -405,13 +408,28 @@ func (n *Node) takeCatchUpReply(resp *CatchUpResponse) {
 	}
 }
 
-// Tick runs every timer that is due.
+// Tick runs every timer that is due, and asks the voters to forget what
+// nobody needs (see acceptor_registers.go).
 func (n *Node) Tick() {
 	if n.acc != nil {
 		n.acc.Tick()
 	}
 	n.prop.Tick()
 	n.sync()
+	n.sweep()
+}
+
+// maxForgetting bounds the forgets one node runs at once.
+const maxForgetting = 64
+
+// sweep starts forgets of this voter's idle free registers.
+func (n *Node) sweep() {
+	if n.acc == nil || n.quiet {
+		return
+	}
+	for _, key := range n.acc.SweepCandidates(maxForgetting - n.prop.forgetting) {
+		n.prop.forget(key)
+	}
 }
 
 // NextTick is the earliest time at which Tick has work, or false when it has

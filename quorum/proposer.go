@@ -280,6 +280,9 @@ type Proposer struct {
 	renewArmed bool
 	renewGen   uint64
 
+	// forgetting is how many forgets are in progress (Node.sweep).
+	forgetting int
+
 	// ballots is the highest ballot counter this incarnation has used, on
 	// any key: every new ballot goes above it, so no ballot is used twice
 	// even on a key whose state was forgotten meanwhile (see newBallot).
@@ -306,17 +309,19 @@ type Proposer struct {
 // proposerFaults break the protocol on purpose. Only tests set them, to show
 // that the simulator's checkers catch each bug; all are off otherwise.
 type proposerFaults struct {
-	countMessages   bool            // count replies by message, not by acceptor
-	clockAtGrant    bool            // read the holder's t0 when the grant is confirmed
-	aliveMajority   func() []NodeID // take a majority of these instead of the configuration
-	noEpochFloor    bool            // next epoch = highest seen + 1, without the wall-clock floor
-	skipMigration   bool            // settle a voter change without moving the keys into it
-	perKeyBallots   bool            // count ballots per key only, from 1 again after forgetting a key
-	anyTimerLocks   bool            // take any live timer of a grant not behind base for a lock
-	fastAnyVoter    bool            // send fast-path accepts to voters that did not promise the ballot
-	listFromOne     bool            // move the keys one old voter lists, not a majority's
-	keepFastOnAdopt bool            // keep fast paths across adopting a configuration
-	migrateFullTTL  bool            // time a moved lease for a full TTL, not what is left of it
+	countMessages    bool            // count replies by message, not by acceptor
+	clockAtGrant     bool            // read the holder's t0 when the grant is confirmed
+	aliveMajority    func() []NodeID // take a majority of these instead of the configuration
+	noEpochFloor     bool            // next epoch = highest seen + 1, without the wall-clock floor
+	skipMigration    bool            // settle a voter change without moving the keys into it
+	perKeyBallots    bool            // count ballots per key only, from 1 again after forgetting a key
+	anyTimerLocks    bool            // take any live timer of a grant not behind base for a lock
+	fastAnyVoter     bool            // send fast-path accepts to voters that did not promise the ballot
+	listFromOne      bool            // move the keys one old voter lists, not a majority's
+	keepFastOnAdopt  bool            // keep fast paths across adopting a configuration
+	migrateFullTTL   bool            // time a moved lease for a full TTL, not what is left of it
+	forgetOnMajority bool            // forget a key when a majority holds it free, not every voter
+	forgetAny        bool            // forget a key whatever the voters hold
 }
 
 // ProposerStats counts what a proposer did.
@@ -621,6 +626,9 @@ func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op 
 }
 
 func (p *Proposer) finish(x *op, r OpResult) {
+	if x.kind == kindForget {
+		p.forgetting--
+	}
 	x.phase = phaseDone
 	x.timerGen++
 	delete(p.ops, x.id)
@@ -656,7 +664,7 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	if x.parent != nil {
 		// A step of a voter change: the change reports, not the step.
 		p.changeStep(x.parent, x, r)
-	} else if x.kind != kindRenew {
+	} else if x.kind != kindRenew && x.kind != kindForget {
 		r.ID, r.Key, r.Started = x.id, ks.key, x.started
 		if r.RoundStarted == 0 {
 			r.RoundStarted = x.roundStart

@@ -136,7 +136,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		x.readLive = live
 		if chosen {
 			return Value{}, OpResult{
-				Outcome: ReadDone, Value: base, Live: live, Epoch: base.Epoch,
+				Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, replies),
 				Holder: base.Holder, HolderInc: base.HolderInc,
 			}, false
 		}
@@ -145,6 +145,21 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		return base, OpResult{}, true
 	}
 	return Value{}, OpResult{}, false
+}
+
+// readEpoch is the epoch a read reports: the register's; or, when a
+// majority holds nothing for the key (its registers were dropped, or it was
+// never written), the highest epoch floor they reported: the key is free,
+// and every grant it had was below that.
+func readEpoch(base Value, replies []reply) uint64 {
+	if base.Held || base.Epoch != 0 || base.Config != nil {
+		return base.Epoch
+	}
+	var e uint64
+	for i := range replies {
+		e = max(e, replies[i].res.MaxEpoch)
+	}
+	return e
 }
 
 // timeLeft is how long the lease of base may still run, on this node's

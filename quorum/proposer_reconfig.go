@@ -77,6 +77,10 @@ type changeOp struct {
 	inflight int
 	moved    int
 	unknown  bool // a configuration write of this change may have landed
+	// epochFloor is the highest epoch floor the old voters listed: the
+	// epochs of keys they dropped, which are not moved (settled into the
+	// configuration instead).
+	epochFloor uint64
 }
 
 // listPeer is one old voter's listing of its keys.
@@ -317,6 +321,7 @@ func (p *Proposer) HandleListResponse(resp *CatchUpResponse) {
 		return
 	}
 	lp.recovering = false
+	c.epochFloor = max(c.epochFloor, resp.EpochFloor)
 	for i := range resp.Entries {
 		if k := resp.Entries[i].Key; k != "" && k != ConfigKey {
 			c.keys[k] = true
@@ -363,6 +368,9 @@ func (p *Proposer) changeMigrate(c *changeOp) {
 	if c.inflight == 0 && c.next == len(c.order) && c.stage == stMigrate {
 		c.stage = stSettle
 		settled := c.target.Next(c.target.Voters, false, 0)
+		// The keys the old voters dropped are not moved: their epochs
+		// travel with the configuration instead.
+		settled.EpochFloor = max(settled.EpochFloor, c.epochFloor)
 		p.changeSub(c, kindConfig, &settled)
 	}
 }

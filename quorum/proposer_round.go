@@ -21,6 +21,10 @@ const (
 	// are steps of a voter change.
 	kindConfig
 	kindMigrate
+	// kindForget asks every voter what it holds for a key and, when all
+	// hold one free value at one ballot, tells them to forget the key
+	// (see acceptor_registers.go).
+	kindForget
 )
 
 type phase uint8
@@ -219,8 +223,9 @@ func (p *Proposer) startRound(x *op) {
 	x.noFast = false
 	x.fast = false
 	x.phase = phasePrepare
-	if x.kind == kindRead && x.attempts == 1 {
+	if (x.kind == kindRead && x.attempts == 1) || x.kind == kindForget {
 		// Peek first: most reads find the value chosen and need no ballot.
+		// (A forget only ever peeks.)
 		x.peek = true
 		for i := range p.m.Voters {
 			p.push(i, Op{ID: x.rid, Kind: OpPeek, Key: ks.key})
@@ -467,6 +472,10 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 	}
 	x.replies = append(x.replies, reply{from, inc, *res})
 	switch {
+	case x.kind == kindForget:
+		if x.votes.nyes+x.votes.nno == len(x.votes.m.Voters) {
+			p.maybeForgetKey(x)
+		}
 	case x.peek:
 		if x.votes.nyes+x.votes.nno >= x.votes.m.Majority() && !p.maybeConcludeEarly(x) {
 			// No agreement to be seen: read properly, with a ballot.
@@ -520,6 +529,35 @@ func (p *Proposer) ownGrantLeads(x *op) bool {
 	return base.heldBy(p.cfg.ID, p.cfg.Incarnation) && slices.Contains(x.leases, base.Lease)
 }
 
+// forget starts asking the voters to forget key (see
+// acceptor_registers.go). Its outcome is not reported.
+func (p *Proposer) forget(key string) {
+	ks := p.key(key)
+	x := p.newOp(ks, kindForget, p.clock.Now()+p.cfg.RoundTimeout)
+	p.forgetting++
+	p.enqueue(x, false)
+}
+
+// maybeForgetKey ends a forget once every voter answered its peek: if all
+// hold one free value at one ballot, with no timer running, each is told
+// to forget the key at that ballot.
+func (p *Proposer) maybeForgetKey(x *op) {
+	first := &x.replies[0].res
+	all := true
+	for i := range x.replies {
+		r := &x.replies[i].res
+		if !r.OK || r.Accepted != first.Accepted || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
+			all = false
+		}
+	}
+	if all || p.faults.forgetAny || (p.faults.forgetOnMajority && x.votes.nyes >= x.votes.m.Majority()) {
+		for i := range x.votes.m.Voters {
+			p.push(i, Op{Kind: OpForget, Key: x.ks.key, Ballot: first.Accepted})
+		}
+	}
+	p.finish(x, OpResult{})
+}
+
 // maybeConcludeEarly ends a prepare round that a majority answered, some of
 // them refusing the ballot, when what they reported settles the operation
 // without a write: an acquire that finds the key held by a live lease, or a
@@ -568,7 +606,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 			return false
 		}
 		p.conclude(x, OpResult{
-			Outcome: ReadDone, Value: base, Live: live, Epoch: base.Epoch,
+			Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, info),
 			Holder: base.Holder, HolderInc: base.HolderInc,
 		})
 		return true

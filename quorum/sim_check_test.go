@@ -564,6 +564,7 @@ func (k *simChecker) final() {
 	// Operations still in flight at the end may have written too.
 	for _, n := range s.nodes {
 		if n.up {
+			s.countForgotten(n)
 			s.abandon(n)
 		}
 	}

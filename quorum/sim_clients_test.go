@@ -172,6 +172,7 @@ func (c *simClient) onResult(res OpResult) {
 	switch c.state {
 	case cReading:
 		out.Held, out.Holder = res.Value.Held, holderName(res.Value.Holder, res.Value.HolderInc)
+		out.AtLeast = !res.Value.Held && res.Value.Epoch != res.Epoch // the registers were dropped
 		s.check.history().Retime(c.hist, int64(c.n.clock.realAt(res.RoundStarted)))
 		s.check.history().Return(c.hist, out, int64(s.now))
 		c.idle()

@@ -37,6 +37,10 @@ type simConfig struct {
 	// MaxIdleKeys, when set, is every proposer's ProposerConfig.MaxIdleKeys:
 	// small caps make nodes forget idle keys all the time.
 	MaxIdleKeys int
+	// MaxRegisters and RegisterIdle, when set, are every acceptor's: small
+	// caps make voters drop registers all the time.
+	MaxRegisters int
+	RegisterIdle time.Duration
 
 	Drop, Dup float64
 	// LongTail is the share of messages delayed 100-400ms (default 0.003).
@@ -115,6 +119,15 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	// durable state a majority restarted after voter changes cannot know
 	// of them; see DESIGN §3.2, item 4.)
 	cfg.Clocks = []string{"", "extreme", "adversarial"}[seed%3]
+	switch seed % 6 {
+	case 2:
+		// Voters drop idle registers all the time: more keys than a
+		// voter keeps, and short idle ages.
+		cfg.Keys, cfg.MaxRegisters, cfg.RegisterIdle = 6, 3, 300*time.Millisecond
+	case 4:
+		// Proposers forget idle keys all the time.
+		cfg.Keys, cfg.MaxIdleKeys = 6, 1
+	}
 	switch seed % 8 {
 	case 1, 5:
 		cfg.MajorityCrash = true
@@ -291,15 +304,17 @@ type simStats struct {
 	NoQuorum, Locked, FloorOnly                         int
 	Changes, ChangesDone, ChangesFailed, ChangesRefused int
 	Adds, Removes, KeysMoved, Joins, ConfigsAdopted     int
+	Forgotten                                           int // registers voters dropped
 }
 
 func (st simStats) String() string {
 	return fmt.Sprintf("msgs=%d dropped=%d dup=%d cut=%d tail=%d | partitions=%d oneway=%d crashes=%d fullrestarts=%d | "+
 		"grants=%d releases=%d renewals=%d lost=%d reads=%d writes=%d staleRefused=%d lateWrites=%d cancels=%d unknown=%d noquorum=%d locked=%d | "+
-		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d",
+		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d | forgotten=%d",
 		st.Messages, st.Dropped, st.Duplicated, st.Cut, st.Delayed, st.Partitions, st.OneWayCuts, st.Crashes, st.FullRestarts,
 		st.Grants, st.Releases, st.Renewals, st.Lost, st.Reads, st.Writes, st.StaleWritesRefused, st.LateWrites, st.Cancels, st.Unknowns, st.NoQuorum, st.Locked,
-		st.Changes, st.ChangesDone, st.ChangesFailed, st.ChangesRefused, st.Adds, st.Removes, st.KeysMoved, st.Joins, st.ConfigsAdopted)
+		st.Changes, st.ChangesDone, st.ChangesFailed, st.ChangesRefused, st.Adds, st.Removes, st.KeysMoved, st.Joins, st.ConfigsAdopted,
+		st.Forgotten)
 }
 
 func newSim(cfg simConfig) *sim {
@@ -396,6 +411,7 @@ func (s *sim) start(n *simNode) {
 		MaxIdleKeys: s.cfg.MaxIdleKeys,
 		MaxTTL:      n.ttl, Quarantine: s.cfg.timingOf(n.ttl).Quarantine(), CatchUpBuckets: 4,
 		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
+		MaxRegisters: s.cfg.MaxRegisters, RegisterIdle: s.cfg.RegisterIdle,
 		faults: s.nodeFaults(n),
 	})
 	if err != nil {
@@ -505,6 +521,7 @@ func (s *sim) crash(n *simNode) {
 	s.tracef("%s crashes", n.id)
 	s.stats.Crashes++
 	s.maybeMajorityLost(n)
+	s.countForgotten(n)
 	s.abandon(n)
 	n.up = false
 	n.node = nil
@@ -886,6 +903,14 @@ func (s *sim) crashOne() {
 			s.start(n)
 		}
 	})
+}
+
+// countForgotten adds the registers n's acceptor dropped to the run's
+// statistics (at its crash, or the end of the run).
+func (s *sim) countForgotten(n *simNode) {
+	if n.node != nil && n.node.acc != nil {
+		s.stats.Forgotten += int(n.node.acc.Stats().Dropped)
+	}
 }
 
 // maybeMajorityLost records, when crashing voter n leaves a majority of the

@@ -110,6 +110,10 @@ type Output struct {
 	Epoch  uint64
 	Holder string // locked, read
 	Held   bool   // read
+	// AtLeast (read): the register was free at some epoch of at least
+	// Epoch: a majority had dropped it (or never had it) and reported the
+	// highest epoch any dropped register had.
+	AtLeast bool
 	// Live (read): the read came through the public API (mesh.Holder),
 	// where Held says the lease is live, not that the register is held: an
 	// expired lease reads as not held and still names its holder, a free
@@ -384,7 +388,7 @@ func stepRead(next stateSet, s State, out Output) stateSet {
 			next = append(next, State{Epoch: out.Epoch, Floor: s.Floor})
 		}
 	case !out.Held && !out.Live:
-		if !s.Held && s.Epoch == out.Epoch {
+		if !s.Held && (s.Epoch == out.Epoch || (out.AtLeast && out.Epoch >= s.Epoch)) {
 			next = append(next, s)
 		}
 	case s.matches(out.Holder, out.Epoch):

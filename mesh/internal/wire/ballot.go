@@ -72,7 +72,14 @@ func (e *encoder) names(ns []quorum.NodeID) {
 
 // membership encodes a voter configuration.
 func (e *encoder) membership(m *quorum.Membership) {
-	e.fields(membershipFields)
+	if m.EpochFloor != 0 {
+		// A field of version 2, written only when it says something: a
+		// node of version 1 refuses a configuration with more fields
+		// (finish an upgrade from version 1 before changing voters).
+		e.fields(membershipFields + 1)
+	} else {
+		e.fields(membershipFields)
+	}
 	e.uint(m.ID)
 	e.names(m.Voters)
 	e.names(m.Retired)
@@ -84,6 +91,9 @@ func (e *encoder) membership(m *quorum.Membership) {
 		e.str(string(j.ID))
 		e.uint(j.Inc)
 		e.end()
+	}
+	if m.EpochFloor != 0 {
+		e.uint(m.EpochFloor)
 	}
 	e.end()
 }
@@ -241,7 +251,12 @@ func (d *decoder) membership() *quorum.Membership {
 		m.Joined = append(m.Joined, quorum.Joined{ID: d.name(), Inc: d.uint()})
 		d.rest(f, joinedFields)
 	}
-	d.rest(fields, membershipFields)
+	known := membershipFields
+	if fields > membershipFields {
+		m.EpochFloor = d.uint()
+		known++
+	}
+	d.rest(fields, known)
 	if d.err == nil {
 		if err := m.Validate(); err != nil {
 			d.fail("%v", err)

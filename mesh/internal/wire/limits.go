@@ -99,7 +99,7 @@ func (l Limits) checkRequest(r *quorum.Request) error {
 		if err := l.CheckKey(op.Key); err != nil {
 			return err
 		}
-		if op.Kind < quorum.OpPrepare || op.Kind > quorum.OpUnwatch {
+		if op.Kind < quorum.OpPrepare || op.Kind > quorum.OpForget {
 			return fmt.Errorf("%w: operation kind %d", ErrMalformed, op.Kind)
 		}
 	}

@@ -131,3 +131,41 @@ func DecodeConfigReply(body []byte) (quorum.Membership, error) {
 	}
 	return vs, nil
 }
+
+// ConfigInfo is the answer to a configuration fetch: the configuration,
+// its fields inline (so that a node reading a quorum.Membership, as older
+// ones do, reads it too), and what the node tells about itself: the
+// founding voters it was started with, if it knows them, and its voting
+// state (readiness probes read it).
+type ConfigInfo struct {
+	quorum.Membership
+	Founders []quorum.NodeID `codec:"fv,omitempty"`
+	Voting   string          `codec:"vs,omitempty"` // the mesh's VotingState, as text
+}
+
+// MaxVotingText bounds ConfigInfo.Voting.
+const MaxVotingText = 32
+
+// DecodeConfigInfo decodes and checks the answer to a configuration fetch,
+// as DecodeConfigReply does, and the founding voters and voting state.
+func DecodeConfigInfo(body []byte) (ConfigInfo, error) {
+	var info ConfigInfo
+	if err := Decode(body, KindConfigReply, &info); err != nil {
+		return ConfigInfo{}, err
+	}
+	if err := CheckMembership(&info.Membership); err != nil {
+		return ConfigInfo{}, err
+	}
+	if len(info.Founders) > MaxVoters {
+		return ConfigInfo{}, fmt.Errorf("%w: %w: %d founding voters (limit %d)", ErrMalformed, ErrTooManyOps, len(info.Founders), MaxVoters)
+	}
+	for _, n := range info.Founders {
+		if err := CheckName(n); err != nil {
+			return ConfigInfo{}, err
+		}
+	}
+	if len(info.Voting) > MaxVotingText {
+		return ConfigInfo{}, fmt.Errorf("%w: voting state of %d bytes", ErrMalformed, len(info.Voting))
+	}
+	return info, nil
+}

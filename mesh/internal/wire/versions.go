@@ -21,9 +21,11 @@ const (
 	// decoders refuse a struct of any other field count than they know,
 	// and a request with an unknown operation kind (the whole batch).
 	Version1 = 1
-	// Version2 adds operation kind 4, OpUnwatch (a hint that a waiter left;
-	// never sent to a node of version 1), catch-up answers' Horizon and
-	// entries' Remaining (go-msgpack fields, optional), decoders that skip
+	// Version2 adds operation kinds 4, OpUnwatch (a hint that a waiter
+	// left), and 5, OpForget (every voter holds a key free: drop it), never
+	// sent to a node of version 1; catch-up answers' Horizon, floors
+	// (PromiseFloor, EpochFloor) and entries' Remaining (go-msgpack fields,
+	// optional); Membership's EpochFloor; decoders that skip
 	// fields appended after those they know, and the safety-relevant
 	// settings (Settings) in the transport hello, both ways, and in gossip
 	// metadata.

@@ -1,0 +1,151 @@
+package quorum
+
+import "time"
+
+// Registers are finite. An acceptor that kept every key ever touched would
+// grow without bound under per-entity locking (invoice/<id>), and any member
+// could pin its memory with prepares of made-up keys. So a key that no
+// voter needs any more is forgotten, and two floors stand for every
+// forgotten register (DESIGN §3.2a):
+//
+//   - the promise floor, the highest ballot any dropped register promised
+//     or accepted: a new register starts promised to it, so a round begun
+//     before the drop, or a message late from it, cannot win;
+//   - the epoch floor, the highest epoch any dropped register knew: a new
+//     register starts knowing it, so the next grant of a forgotten key
+//     still gets a token above every earlier one.
+//
+// A voter cannot drop a register on its own, even a free one: another
+// voter that missed the release may still hold the grant before it, and
+// with the free value gone from a majority that grant is again the highest
+// value a majority reports (the simulator found this). So a key is
+// forgotten only once every voter holds one free value at one ballot: a
+// voter's node picks its idle free registers (each key is one voter's to
+// pick, by hash), asks every voter what it holds (a peek), and if all
+// agree, tells them all to forget the key at that ballot (OpForget). A
+// voter drops the register only if it still holds exactly that, free, with
+// nobody waiting; afterwards nothing older than that ballot can come back:
+// every voter's register was at it or above, and the floors refuse older
+// writes. While a voter is down nothing is forgotten.
+//
+// Picked are the registers idle longest once there are more than
+// MaxRegisters, and any idle for longer than RegisterIdle. The voter
+// configuration's register is never forgotten.
+
+// lruEntry is an entry of the acceptor's list of registers by last use;
+// seq tells the current entry of a register from stale ones.
+type lruEntry struct {
+	key string
+	seq uint64
+	at  time.Duration
+}
+
+// register returns key's register, making it from the floors if there is
+// none, and notes that it was used now.
+func (a *Acceptor) register(key string) *register {
+	r := a.regs[key]
+	if r == nil {
+		r = &register{promise: a.promiseFloor, maxEpoch: a.epochFloor}
+		a.regs[key] = r
+	}
+	a.touch(key, r)
+	return r
+}
+
+// touch moves r to the back of the list of registers by last use.
+func (a *Acceptor) touch(key string, r *register) {
+	a.lruSeq++
+	r.used = a.lruSeq
+	a.lru = append(a.lru, lruEntry{key: key, seq: a.lruSeq, at: a.clock.Now()})
+}
+
+// droppable reports whether r may be dropped at now: free (or empty), no
+// timer running, nobody waiting, no hand-off.
+func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
+	if a.faults.dropAny {
+		return key != ConfigKey
+	}
+	return key != ConfigKey && !r.value.Held && len(r.watchers) == 0 &&
+		(r.handedTo == "" || now >= r.handedUntil) && r.remaining(now) == 0
+}
+
+// drop forgets key's register, raising the floors to what it knew.
+func (a *Acceptor) drop(key string, r *register) {
+	a.promiseFloor = maxBallot(a.promiseFloor, maxBallot(r.promise, r.accepted))
+	a.epochFloor = max(a.epochFloor, r.maxEpoch, r.value.Epoch)
+	delete(a.regs, key)
+	a.stats.Dropped++
+}
+
+// handleForget drops key's register if it still holds what every voter
+// was seen to hold: the value accepted at op.Ballot, free, nobody waiting.
+func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
+	if op.Key == "" {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.droppable(op.Key, r, now) {
+		a.drop(op.Key, r)
+	}
+	return Result{ID: op.ID, OK: true}
+}
+
+// SweepCandidates returns up to n keys that this voter's node may ask the
+// voters to forget: its own to pick (by hash), idle longest once there are
+// more than MaxRegisters or idle longer than RegisterIdle, and droppable
+// here. Each goes to the back of the list of registers by use, to be looked
+// at again later if it is not forgotten.
+func (a *Acceptor) SweepCandidates(n int) []string {
+	if a.state != Live || n <= 0 {
+		return nil
+	}
+	now := a.clock.Now()
+	if now < a.sweptAt+a.cfg.RetryInterval {
+		return nil // swept a moment ago: the forgets of then are under way
+	}
+	a.sweptAt = now
+	self := uint32(a.m.index(a.cfg.ID))
+	var keys []string
+	for look := len(a.lru); look > 0 && len(a.lru) > 0 && len(keys) < n; look-- {
+		e := a.lru[0]
+		r := a.regs[e.key]
+		if r == nil || r.used != e.seq {
+			a.lru = a.lru[1:] // stale: used since, or dropped
+			continue
+		}
+		if len(a.regs) <= a.cfg.MaxRegisters && now-e.at < a.cfg.RegisterIdle {
+			break
+		}
+		a.lru = a.lru[1:]
+		if bucketOf(e.key, uint32(len(a.m.Voters))) == self && a.droppable(e.key, r, now) {
+			keys = append(keys, e.key)
+		}
+		a.touch(e.key, r) // looked at again later, forgotten or not
+	}
+	a.compactLRU()
+	return keys
+}
+
+// compactLRU drops stale entries once they outnumber the registers.
+func (a *Acceptor) compactLRU() {
+	if len(a.lru) <= 2*len(a.regs)+64 {
+		return
+	}
+	live := a.lru[:0]
+	for _, e := range a.lru {
+		if r := a.regs[e.key]; r != nil && r.used == e.seq {
+			live = append(live, e)
+		}
+	}
+	clear(a.lru[len(live):])
+	a.lru = live
+}
+
+// mergeFloors raises the floors to another voter's (catch-up).
+func (a *Acceptor) mergeFloors(promise Ballot, epoch uint64) {
+	a.promiseFloor = maxBallot(a.promiseFloor, promise)
+	a.epochFloor = max(a.epochFloor, epoch)
+}
+
+// Floors reports the acceptor's promise and epoch floors.
+func (a *Acceptor) Floors() (promise Ballot, epoch uint64) { return a.promiseFloor, a.epochFloor }
