@@ -557,9 +557,14 @@ func (m *Mesh) clearMismatch(peer, what string) {
 // mismatchWith names what differs with peer, if anything ("" if nothing
 // recent).
 func (m *Mesh) mismatchWith(peer string) string {
+	var whats []string
+	for _, sm := range m.SettingsMismatches() {
+		if sm.Peer == peer {
+			whats = append(whats, sm.What)
+		}
+	}
 	m.rs.mu.Lock()
 	defer m.rs.mu.Unlock()
-	var whats []string
 	for _, o := range m.rs.mismatches[peer] {
 		if time.Since(o.At) <= mismatchMemory {
 			whats = append(whats, o.What)
@@ -571,10 +576,15 @@ func (m *Mesh) mismatchWith(peer string) string {
 // recentMismatches lists the mismatches of the last mismatchMemory, by
 // peer and then time.
 func (m *Mesh) recentMismatches() []Mismatch {
+	var out []Mismatch
+	// Settings that safety depends on (settings.go): with such a peer this
+	// node neither votes nor asks for votes.
+	for _, sm := range m.SettingsMismatches() {
+		out = append(out, Mismatch{Peer: sm.Peer, What: sm.What, Ours: sm.Ours, Theirs: sm.Theirs, At: sm.Seen})
+	}
 	m.rs.mu.Lock()
 	defer m.rs.mu.Unlock()
 	m.pruneMismatches(time.Now())
-	var out []Mismatch
 	for _, list := range m.rs.mismatches {
 		out = append(out, list...)
 	}

@@ -99,6 +99,12 @@ func TestDriftMismatchIsRefusedBothWays(t *testing.T) {
 	}
 	want(odd, "node0", "0.02", "0.01")
 	want(voter, "node3", "0.01", "0.02")
+	// Status says so, and says what the odd node waits for.
+	if st := odd.Status(); !slices.ContainsFunc(st.Waiting.Mismatches, func(mm Mismatch) bool {
+		return mm.Peer == "node0" && mm.What == "Timing.Drift" && mm.Ours == "0.02" && mm.Theirs == "0.01"
+	}) {
+		t.Errorf("the odd node's Status lists mismatches %+v, want Timing.Drift with node0", st.Waiting.Mismatches)
+	}
 	logs.waitLine(t, "REFUSING A PEER", "node3", "Timing.Drift is 0.01 here and 0.02 at node3")
 	logs.waitLine(t, "REFUSING A PEER", "node0", "Timing.Drift is 0.02 here and 0.01 at node0")
 
