@@ -74,6 +74,8 @@ func (s *sim) reachableVoters(n *simNode) []NodeID {
 
 func findViolation(t *testing.T, bug string, want string, seeds int, tweak func(*simConfig)) {
 	t.Helper()
+	skipUnderRace(t)
+	t.Parallel()
 	others := 0
 	for seed := int64(1); seed <= int64(seeds); seed++ {
 		for _, voters := range []int{3, 5} {
@@ -197,10 +199,12 @@ func TestCheckerCatchesLateHolderClock(t *testing.T) {
 // Quorums of the nodes gossip believes alive: each side of a partition
 // believes itself a majority.
 func TestCheckerCatchesAliveMajority(t *testing.T) {
-	findViolation(t, "alive-majority", "I5", 50, nil)
+	t.Run("I5", func(t *testing.T) { findViolation(t, "alive-majority", "I5", 50, nil) })
 	// I5 sees the undersized quorum at once; with I5 set aside, the damage
 	// it lets through shows up as two holders at once.
-	findViolation(t, "alive-majority", "I1", 100, func(c *simConfig) { c.skipI5 = true })
+	t.Run("I1", func(t *testing.T) {
+		findViolation(t, "alive-majority", "I1", 100, func(c *simConfig) { c.skipI5 = true })
+	})
 }
 
 // No wall-clock floor: after every node restarts at once, epochs start over.
@@ -296,4 +300,15 @@ func TestCheckerCatchesForgettingOnMajority(t *testing.T) {
 // smallRegisters makes voters forget idle keys all the time.
 func smallRegisters(c *simConfig) {
 	c.Keys, c.MaxRegisters, c.RegisterIdle = 6, 3, 300*time.Millisecond
+}
+
+// skipUnderRace skips a test that runs many simulations when the race
+// detector is on: the simulator runs on one goroutine, so the detector has
+// nothing to watch there, and it makes the runs five times slower. .ci/run
+// runs these tests again without it (and the README says so).
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("many single-goroutine simulations: run without -race (.ci/run does)")
+	}
 }

@@ -19,8 +19,23 @@ var (
 	simVoters = flag.Int("sim.voters", 3, "voters of the replayed run")
 	simBug    = flag.String("sim.bug", "", "rule broken in the replayed run")
 	simTrace  = flag.String("sim.trace", "", "write the replayed run's whole trace to this file")
-	simSeeds  = flag.Int("sim.seeds", 0, "seeds per voter count in TestSimulation (default 170; LOCKMESH_SOAK sets a duration instead)")
+	simSeeds  = flag.Int("sim.seeds", 0, "seeds in TestSimulation, each run with 3, 5 and 7 voters (default 340; 34 under -race; 20 with -short)")
+	simFirst  = flag.Int64("sim.first", 1, "first seed of TestSimulation: shards of a long soak start at different seeds")
 )
+
+// defaultSeeds is how many seeds TestSimulation runs unless told: 340
+// (1,020 runs, about two minutes on two cores), a tenth of it under the
+// race detector (the README's test command; .ci/run runs the full count
+// without it), and 20 with -short.
+func defaultSeeds() int {
+	switch {
+	case testing.Short():
+		return 20
+	case raceEnabled:
+		return 34
+	}
+	return 340
+}
 
 // TestSimulation runs many seeded runs of 3, 5 and 7 voters plus two
 // non-voting proposers through drops, duplicates, long delays, partitions,
@@ -28,11 +43,13 @@ var (
 // step, linearizability at the end, and liveness after the faults heal.
 //
 // LOCKMESH_SOAK=30m turns it into a soak: seeds run until the time is up.
+// -sim.first and -sim.seeds shard a long soak over machines (each runs its
+// own range over all its cores).
 func TestSimulation(t *testing.T) {
 	if *simSeed != 0 {
 		t.Skip("replaying one seed: see TestSimulationReplay")
 	}
-	seeds := 170
+	seeds := defaultSeeds()
 	if *simSeeds > 0 {
 		seeds = *simSeeds
 	}
@@ -87,7 +104,7 @@ func TestSimulation(t *testing.T) {
 			break
 		}
 		for _, v := range []int{3, 5, 7} {
-			jobs <- job{seed: int64(1 + i), voters: v}
+			jobs <- job{seed: *simFirst + int64(i), voters: v}
 		}
 		if soak > 0 && i%100 == 99 {
 			mu.Lock()
