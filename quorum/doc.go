@@ -64,9 +64,14 @@
 //
 // Epochs are the fencing tokens: each grant takes one above every epoch a
 // majority knows of and at least the wall clock in microseconds. The floor
-// keeps tokens increasing after every node restarted at once and every
-// register was lost; it assumes the wall clocks do not run back across the
-// outage (an NTP-synchronised clock does not, by more than the outage).
+// keeps tokens increasing after the voters of a majority lost their state
+// together (every node restarted at once) and registers were lost. Exactly:
+// a token issued after the loss by node B at real time t2 exceeds one issued
+// before it by node A at real time t1 if B's wall clock at t2 reads later
+// than A's did at t1; t2−t1 is at least the outage plus a quarantine (at
+// least MaxTTL), so wall clocks that never differ by that much, and are
+// never stepped back by that much, are enough. While a majority keeps its
+// state, tokens do not depend on wall clocks.
 //
 // # Restarts
 //

@@ -258,9 +258,9 @@ func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration
 
 // nextEpoch is the fencing token of a new grant: above every epoch a
 // majority knows of, and at least the wall clock in microseconds, so that
-// tokens keep increasing even after every node restarted at once and all
-// registers were lost (assuming wall clocks do not run back across the
-// outage; see the package documentation).
+// tokens keep increasing even after the voters of a majority lost their
+// state (under the assumption on wall clocks the package documentation
+// states exactly).
 func (p *Proposer) nextEpoch(maxSeen uint64) uint64 {
 	e := maxSeen + 1
 	if p.faults.noEpochFloor {
