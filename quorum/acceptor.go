@@ -50,6 +50,14 @@ type AcceptorConfig struct {
 	// before (a removed voter's name never returns). An empty acceptor is a
 	// correct one; what is dangerous is one that forgot what it did.
 	Fresh bool
+	// Disk, when set, keeps the acceptor's Durable state (see durable.go),
+	// and Durable is the state it saved in its earlier life: nil when it has
+	// never saved any (a new disk). Without a disk the acceptor keeps
+	// everything in memory, and refuses to vote on voter changes.
+	Disk    Disk
+	Durable *Durable
+
+	faults acceptorFaults // tests only
 }
 
 func (c *AcceptorConfig) validate() error {
@@ -73,6 +81,18 @@ func (c *AcceptorConfig) validate() error {
 	}
 	if !c.Membership.IsVoter(c.ID) {
 		return fmt.Errorf("%w: acceptor %s is not a voter of configuration %d", ErrBadConfig, c.ID, c.Membership.ID)
+	}
+	if d := c.Durable; d != nil {
+		if c.Disk == nil {
+			return fmt.Errorf("%w: acceptor %s has a saved state but no disk", ErrBadConfig, c.ID)
+		}
+		if err := d.Validate(); err != nil {
+			return err
+		}
+		if d.Membership.ID != 0 && d.Membership.Cluster() != c.Membership.Cluster() {
+			return fmt.Errorf("%w: acceptor %s saved a configuration of another mesh (%#x, not %#x)",
+				ErrBadConfig, c.ID, d.Membership.Cluster(), c.Membership.Cluster())
+		}
 	}
 	return nil
 }
@@ -186,6 +206,18 @@ type Acceptor struct {
 	// from; epochs then rest on the wall-clock floor alone.
 	floorOnly bool
 
+	// What the disk keeps (durable.go): disk is nil without one; dur is
+	// what was saved last; restored is set when the acceptor started from
+	// a saved state (its earlier life is known), probing when it has a
+	// disk but no saved state and asks the other voters whether any has
+	// voted (see maybeGoLive). diskErr, once a save failed, silences it.
+	disk     Disk
+	dur      Durable
+	restored bool
+	probing  bool
+	amnesiac bool // probed and heard that others voted: recovering as one that forgot
+	diskErr  error
+
 	// Registers by last use, and the floors that stand for the dropped
 	// ones (acceptor_registers.go).
 	lru          []lruEntry
@@ -208,6 +240,10 @@ type acceptorFaults struct {
 	skipPrevCatchUp   bool // while a change is pending, catch up from the new voters only
 	floorOnMajority   bool // conclude a full restart when a majority recovers, not all answered
 	dropAny           bool // drop on OpForget whatever the register holds
+	ignoreNewerConfig bool // a restart from disk ignores newer configurations others accepted
+	ignoreBallotMark  bool // a restart from disk forgets its ballot mark
+	forgetConfig      bool // a restart from disk forgets the configuration it kept
+	ignoreReserved    bool // a restart from disk forgets its epoch mark
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -215,6 +251,8 @@ type AcceptorStats struct {
 	Prepares, Accepts, Refused, WrongConfig, Notifies, ConfigChanges uint64
 	// Dropped counts the registers dropped (see acceptor_registers.go).
 	Dropped uint64
+	// Saves counts the durable state's saves (durable.go).
+	Saves uint64
 }
 
 // NewAcceptor returns an acceptor that starts Quarantined.
@@ -245,12 +283,59 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		startedAt: cfg.Clock.Now(),
 		regs:      make(map[string]*register),
 		notify:    make(map[NodeID][]notice),
+		faults:    cfg.faults,
 	}
 	a.liveFrom = a.startedAt + cfg.Quarantine
-	if cfg.Fresh {
+	a.disk = cfg.Disk
+	switch {
+	case cfg.Durable != nil:
+		a.restore(cfg.Durable)
+	case cfg.Fresh:
 		a.state = Live
+		a.persistLive()
+	case cfg.Disk != nil:
+		// A new disk: if no voter has voted yet, this is a new mesh and
+		// nothing needs protecting; ask them before waiting anything out.
+		a.probing = true
+		a.startCatchUp()
 	}
 	return a, nil
+}
+
+// restore starts the acceptor from the state its earlier life saved: on the
+// newest configuration it adopted, with its configuration register, its
+// epochs above every one it accepted, and, if it ever voted, quarantined for
+// the longest lease it may have accepted.
+func (a *Acceptor) restore(d *Durable) {
+	a.dur = d.clone()
+	a.restored = true
+	if a.m.Newer(a.dur.Membership) && !a.faults.forgetConfig {
+		a.m = a.dur.Membership.clone()
+		a.epochFloor = max(a.epochFloor, a.m.EpochFloor)
+	}
+	if c := a.dur.Config; (!c.Promise.IsZero() || !c.Accepted.IsZero()) && !a.faults.forgetConfig {
+		r := a.register(ConfigKey)
+		r.promise, r.accepted, r.value = c.Promise, c.Accepted, c.Value
+		if v := c.Value.Config; v != nil {
+			cc := v.clone()
+			r.value.Config = &cc
+		}
+	}
+	if !a.faults.ignoreReserved {
+		a.epochFloor = max(a.epochFloor, a.dur.Reserved)
+	}
+	if !a.faults.ignoreBallotMark {
+		a.promiseFloor = maxBallot(a.promiseFloor, Ballot{Counter: a.dur.Ballots})
+	}
+	if !a.dur.Voted {
+		// It never accepted anything: nothing of its earlier life to
+		// protect (the incarnation check refuses accepts of the promises
+		// it forgot).
+		a.state = Live
+		a.persistLive()
+		return
+	}
+	a.learnHorizon(a.dur.Horizon)
 }
 
 // stretch turns a time measured on another node's clock into one on this
@@ -306,7 +391,7 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 		return resp
 	}
 	a.maybeEndQuarantine()
-	if a.state != Live {
+	if a.state != Live || a.diskErr != nil {
 		// Refuse each operation, so that the proposer counts this voter
 		// out at once instead of waiting for it.
 		resp.Status = StatusRecovering
@@ -389,6 +474,11 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	// A duplicate of the prepare that made the promise is answered again:
 	// what it reports has not changed in a way that matters (an accept at
 	// this ballot would have moved the promise to its Next).
+	if !a.persistPromise(op.Ballot.Counter) ||
+		(op.Key == ConfigKey && op.Ballot != r.promise && !a.persistConfigRegister(op.Ballot, r.accepted, r.value)) {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonNoVote}
+	}
 	r.promise, r.promisedBy = op.Ballot, op.ID
 	return Result{
 		ID:        op.ID,
@@ -429,6 +519,13 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonIncarnation}
 	}
+	if v.Config != nil && a.disk == nil {
+		// A voter change must not rest on an acceptor that could forget
+		// it accepted one (review finding 8): without a disk, a restart
+		// brings it back on the founding voters.
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonNoDisk}
+	}
 	r := a.register(op.Key)
 	if op.Ballot.Less(r.promise) {
 		a.stats.Refused++
@@ -437,6 +534,14 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	if v.Held && v.Lease == op.Ballot && !r.value.sameGrant(v) && r.reservedAgainst(v.Holder, now) {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise, MaxEpoch: r.maxEpoch}
+	}
+	// What the disk must hold before this accept is answered: that this
+	// acceptor voted, its horizon and epoch mark, and on ConfigKey the
+	// register as the accept leaves it.
+	if !a.persistAccept(v.Epoch, maxBallot(op.Ballot, op.Next).Counter) ||
+		(op.Key == ConfigKey && !a.persistConfigRegister(maxBallot(op.Ballot, op.Next), op.Ballot, v)) {
+		a.stats.Refused++
+		return Result{ID: op.ID, Reason: ReasonNoVote}
 	}
 	// The timer belongs to a grant (holder and epoch), not to a write.
 	same := r.hasTimer && r.value.sameGrant(v)
@@ -504,9 +609,18 @@ func (a *Acceptor) Adopt(m Membership) bool {
 	if !a.m.Newer(m) || m.Validate() != nil {
 		return false
 	}
+	if a.disk != nil && (a.restored || a.state == Live) && !a.persist(func(d *Durable) { d.Membership = m.clone() }) {
+		// Not adopted: the acceptor votes no more (DiskError).
+		return false
+	}
 	a.m = m.clone()
 	a.epochFloor = max(a.epochFloor, m.EpochFloor)
 	a.stats.ConfigChanges++
+	if a.probing {
+		// Still asking whether anyone voted: ask the new voters.
+		a.startCatchUp()
+		return true
+	}
 	if a.state == CatchingUp {
 		a.catchUp = nil
 		a.state = Quarantined
@@ -520,7 +634,7 @@ func (a *Acceptor) Adopt(m Membership) bool {
 // retries, and the expiry of leases that someone watches.
 func (a *Acceptor) Tick() {
 	a.maybeEndQuarantine()
-	if a.state == CatchingUp {
+	if a.state == CatchingUp && a.diskErr == nil {
 		a.catchUp.tick(a.clock.Now(), a.cfg.RetryInterval)
 		a.maybeGoLive()
 	}
@@ -537,14 +651,15 @@ func (a *Acceptor) NextTick() (time.Duration, bool) {
 			at, ok = t, true
 		}
 	}
-	switch a.state {
-	case Quarantined:
+	switch {
+	case a.diskErr != nil:
+	case a.state == Quarantined:
 		set(a.startedAt + a.cfg.Quarantine)
-	case CatchingUp:
+	case a.state == CatchingUp:
 		if t, has := a.catchUp.next(a.cfg.RetryInterval); has {
 			set(t)
 		}
-		if a.clock.Now() < a.liveFrom {
+		if a.clock.Now() < a.liveFrom && !a.probing {
 			set(a.liveFrom)
 		}
 	}

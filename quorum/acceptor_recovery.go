@@ -40,16 +40,28 @@ type peerCatchUp struct {
 	recovering bool   // said it is recovering too
 	askedAt    time.Duration
 	asked      bool
+	// What a peer with a disk said of itself (CatchUpResponse): durable,
+	// recovering from its saved state; fresh, never voted; newer, the
+	// version of a configuration it accepted and has not adopted.
+	durable, fresh bool
+	newer          uint64
 }
 
 func (a *Acceptor) maybeEndQuarantine() {
-	if a.state != Quarantined {
+	if a.state != Quarantined || a.diskErr != nil {
 		return
 	}
 	now := a.clock.Now()
 	if !a.faults.skipQuarantine && now < a.startedAt+a.cfg.Quarantine {
 		return
 	}
+	a.startCatchUp()
+}
+
+// startCatchUp asks every other voter, of the configuration and, while a
+// change is pending, of the one before, for its registers.
+func (a *Acceptor) startCatchUp() {
+	now := a.clock.Now()
 	a.state = CatchingUp
 	a.catchUp = &catchUp{
 		buckets: a.cfg.CatchUpBuckets,
@@ -107,7 +119,7 @@ func (c *catchUp) next(retry time.Duration) (time.Duration, bool) {
 func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	resp := &CatchUpResponse{Config: a.m.ID, From: a.cfg.ID, To: req.From, Inc: a.cfg.Incarnation,
 		Bucket: req.Bucket, List: req.List, Horizon: a.Horizon()}
-	if a.state == Live {
+	if a.state == Live && a.diskErr == nil {
 		resp.PromiseFloor, resp.EpochFloor = a.promiseFloor, a.epochFloor
 	}
 	if req.Config != a.m.ID {
@@ -118,8 +130,17 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		return resp
 	}
 	a.maybeEndQuarantine()
-	if a.state != Live {
+	if a.disk != nil && a.diskErr == nil {
+		resp.Fresh = !a.dur.Voted && !a.amnesiac
+		resp.NewerConfig = a.newerConfigAccepted()
+	}
+	if a.state != Live || a.diskErr != nil {
 		resp.Status = StatusRecovering
+		if a.disk != nil && a.diskErr == nil {
+			// Its disk holds every configuration it accepted, or it is
+			// empty and it never accepted one; and its epoch mark.
+			resp.Durable, resp.EpochFloor = true, a.dur.Reserved
+		}
 		return resp
 	}
 	if req.Buckets == 0 || req.Bucket >= req.Buckets {
@@ -171,10 +192,30 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	if p == nil || p.done {
 		return
 	}
+	p.fresh, p.newer = resp.Fresh, resp.NewerConfig
+	if a.probing && !resp.Fresh {
+		// Some voter has voted, or may have: this is no new mesh, and a
+		// new disk says nothing of what this node did before it (its old
+		// disk may be lost). Recover as one that forgot.
+		a.abandonProbe()
+		return
+	}
 	switch resp.Status {
+	case StatusNotVoter:
+		// A voter of the configuration before a pending change, removed
+		// by it, that has no acceptor: it restarted since, and kept no
+		// registers. Like a voter recovering, it has nothing to give.
+		if !a.m.IsVoter(p.id) {
+			p.recovering = true
+			a.maybeGoLive()
+		}
+		return
 	case StatusRecovering:
 		p.recovering = true
-		a.learnHorizon(resp.Horizon)
+		p.durable = resp.Durable
+		if resp.Durable && !a.faults.ignoreReserved {
+			a.epochFloor = max(a.epochFloor, resp.EpochFloor)
+		}
 		a.maybeGoLive()
 		return
 	case StatusOK:
@@ -248,8 +289,41 @@ func (a *Acceptor) merge(e *Entry) {
 	r.maxEpoch = max(r.maxEpoch, e.MaxEpoch, e.Value.Epoch)
 }
 
+// abandonProbe turns a probing acceptor into one that forgot its state: it
+// waits out its quarantine (counted from its start) and catches up.
+func (a *Acceptor) abandonProbe() {
+	a.probing, a.amnesiac = false, true
+	a.catchUp = nil
+	a.state = Quarantined
+	a.maybeEndQuarantine()
+}
+
 func (a *Acceptor) maybeGoLive() {
-	if a.state != CatchingUp || (a.clock.Now() < a.liveFrom && !a.faults.skipQuarantine) {
+	if a.state != CatchingUp || a.diskErr != nil {
+		return
+	}
+	if a.probing {
+		// A new disk: live at once if a majority, this acceptor with it,
+		// have never voted (and nobody said otherwise, see
+		// HandleCatchUpResponse). Then no majority has accepted anything,
+		// so nothing was ever chosen and no lease runs.
+		fresh := 1
+		for _, p := range a.catchUp.peers {
+			if p.fresh && a.m.IsVoter(p.id) {
+				fresh++
+			}
+		}
+		if fresh >= a.m.Majority() {
+			a.probing = false
+			a.goLive()
+		}
+		return
+	}
+	if a.clock.Now() < a.liveFrom && !a.faults.skipQuarantine {
+		return
+	}
+	if a.restored && a.restartedMajority() {
+		a.goLive()
 		return
 	}
 	// enough reports whether the others done meet every majority of
@@ -289,8 +363,66 @@ func (a *Acceptor) maybeGoLive() {
 	default:
 		return
 	}
-	a.state = Live
+	a.goLive()
+}
+
+// goLive makes the acceptor vote, once what its disk must say is saved.
+func (a *Acceptor) goLive() {
 	a.catchUp = nil
+	if !a.persistLive() {
+		a.state = Quarantined // for good: see DiskError
+		return
+	}
+	a.state = Live
+}
+
+// persistLive saves the configuration the acceptor votes in, if its disk
+// does not hold it yet (and on a new disk, that it has not voted).
+func (a *Acceptor) persistLive() bool {
+	if a.disk == nil || (a.restored && a.dur.Membership.ID == a.m.ID) {
+		return a.diskErr == nil
+	}
+	ok := a.persist(func(d *Durable) { d.Membership = a.m.clone() })
+	a.restored = a.restored || ok
+	return ok
+}
+
+// restartedMajority reports whether an acceptor that restarted from its disk
+// may vote although it could not catch up from enough live voters: a
+// majority of its configuration, itself included, restarted too, each with
+// a disk. Then a majority lost its registers (a full restart, as far as
+// locks go: every lease any of them accepted has ended once its quarantine
+// is over, and the caller checks this one's), and what can be learned is
+// what the disks hold. Their epoch marks are above every epoch they
+// accepted (and each reports its own, to proposers, once it votes), their
+// ballot marks above every ballot, so the values some voter that kept
+// running may still hold are never again the highest a majority reports.
+// What is left to know is that the configuration is the newest: none of
+// them may have accepted a newer one. Every newer configuration was
+// accepted by a majority of this one first, which meets this majority,
+// each of which kept on disk what it accepted (or, with an empty disk,
+// never accepted one).
+//
+// With fewer restarted voters the acceptor must catch up as any other: a
+// value a majority chose may now live only at voters it has not heard
+// from.
+func (a *Acceptor) restartedMajority() bool {
+	if a.newerConfigAccepted() != 0 {
+		return false
+	}
+	n := 1
+	for _, p := range a.catchUp.peers {
+		if !a.m.IsVoter(p.id) {
+			continue
+		}
+		if p.newer != 0 && !a.faults.ignoreNewerConfig {
+			return false
+		}
+		if p.recovering && p.durable {
+			n++
+		}
+	}
+	return n >= a.m.Majority()
 }
 
 // bucketOf spreads keys over n buckets (FNV-1a).

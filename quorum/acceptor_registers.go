@@ -96,7 +96,7 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 // here. Each goes to the back of the list of registers by use, to be looked
 // at again later if it is not forgotten.
 func (a *Acceptor) SweepCandidates(n int) []string {
-	if a.state != Live || n <= 0 {
+	if a.state != Live {
 		return nil
 	}
 	now := a.clock.Now()
@@ -104,6 +104,9 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		return nil // swept a moment ago: the forgets of then are under way
 	}
 	a.sweptAt = now
+	if n <= 0 {
+		return nil // none wanted now: look again a retry interval later (NextTick)
+	}
 	self := uint32(a.m.index(a.cfg.ID))
 	var keys []string
 	for look := len(a.lru); look > 0 && len(a.lru) > 0 && len(keys) < n; look-- {

@@ -71,11 +71,24 @@
 // than A's did at t1; t2−t1 is at least the outage plus a quarantine (at
 // least MaxTTL), so wall clocks that never differ by that much, and are
 // never stepped back by that much, are enough. While a majority keeps its
-// state, tokens do not depend on wall clocks.
+// state, or when voters keep a Disk, tokens do not depend on wall clocks.
 //
 // # Restarts
 //
-// State lives in memory. An acceptor always starts as if it had lost it:
+// An acceptor may keep a little on a Disk (durable.go): whether it voted,
+// its configuration and configuration register, and marks above every
+// epoch and ballot it saw. One whose disk says it never voted votes at
+// once; one whose disk is new asks the others, and votes at once if a
+// majority never voted (a new mesh). One that voted restarts as below, but
+// on the newest configuration it adopted, and when a majority of its
+// configuration restarted from disks together, it goes live on theirs: its
+// marks, not the wall clock, keep tokens and ballots above the earlier
+// ones. A voter change needs every voter it asks to keep a Disk
+// (ReasonNoDisk), so that no configuration that was replaced comes back by
+// restarts.
+//
+// Without a disk, state lives in memory. An acceptor always starts as if it
+// had lost it:
 // it votes on nothing for Quarantine (at least the longest lease it may have
 // accepted, so every such lease has ended), then catches up: it learns, for
 // every key, the highest promise, the value of the highest accepted ballot

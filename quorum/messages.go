@@ -132,6 +132,9 @@ const (
 	ReasonHandoff
 	// ReasonNoVote: the acceptor votes on nothing now (see Status).
 	ReasonNoVote
+	// ReasonNoDisk: a voter change was refused because the acceptor keeps
+	// no durable state: it could forget the configuration it accepted.
+	ReasonNoDisk
 )
 
 // Response answers a Request, operation by operation.
@@ -252,6 +255,14 @@ type CatchUpResponse struct {
 	// proposer moving keys into new voters, takes them over.
 	PromiseFloor Ballot `codec:"pf,omitempty"`
 	EpochFloor   uint64 `codec:"ef,omitempty"`
+	// What a voter that keeps its state on disk (Durable) says of itself.
+	// Durable: recovering, it knows its earlier life from its disk, and
+	// EpochFloor is its epoch mark (at least every epoch it accepted).
+	// Fresh: it has a disk and has never voted. NewerConfig is the version
+	// of a configuration it accepted and has not adopted (0: none).
+	Durable     bool   `codec:"d,omitempty"`
+	Fresh       bool   `codec:"fr,omitempty"`
+	NewerConfig uint64 `codec:"nc,omitempty"`
 }
 
 // Entry is one register as a catch-up carries it.

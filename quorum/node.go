@@ -70,6 +70,12 @@ type NodeConfig struct {
 	MaxRegisters   int
 	RegisterIdle   time.Duration
 
+	// Disk keeps the acceptor's durable state, and Durable is what it
+	// saved before (nil: nothing yet); see AcceptorConfig. The node starts
+	// on the newer of Membership and the saved configuration.
+	Disk    Disk
+	Durable *Durable
+
 	// faults break the protocol on purpose, in tests only.
 	faults nodeFaults
 }
@@ -77,9 +83,8 @@ type NodeConfig struct {
 // nodeFaults are the rules a test breaks on purpose in every proposer and
 // acceptor the node makes.
 type nodeFaults struct {
-	prop                proposerFaults
-	acc                 acceptorFaults
-	freshAnyIncarnation bool // a restarted voter taken for the incarnation a change added
+	prop proposerFaults
+	acc  acceptorFaults
 }
 
 // MessageKind says which payload a Message carries.
@@ -202,6 +207,9 @@ type VotingState struct {
 	FloorOnly bool
 	// Silenced: the node answers as a non-voter (Node.Silence).
 	Silenced bool
+	// DiskFailed: a save of the acceptor's durable state failed, and it
+	// votes no more (Node.DiskError says why).
+	DiskFailed bool
 }
 
 // readyBuffers are the slices of an earlier Ready, given back by Advance.
@@ -216,6 +224,23 @@ type readyBuffers struct {
 func NewNode(cfg NodeConfig) (*Node, error) {
 	if err := cfg.Membership.Validate(); err != nil {
 		return nil, err
+	}
+	if d := cfg.Durable; d != nil {
+		if cfg.Disk == nil {
+			return nil, fmt.Errorf("%w: %s has a saved state but no disk", ErrBadConfig, cfg.ID)
+		}
+		if err := d.Validate(); err != nil {
+			return nil, err
+		}
+		if d.Membership.ID != 0 && d.Membership.Cluster() != cfg.Membership.Cluster() {
+			return nil, fmt.Errorf("%w: %s saved a configuration of another mesh (%#x, not %#x)",
+				ErrBadConfig, cfg.ID, d.Membership.Cluster(), cfg.Membership.Cluster())
+		}
+		if cfg.Membership.Newer(d.Membership) && !cfg.faults.acc.forgetConfig {
+			// Never back to an older configuration than the newest the
+			// node adopted (review finding 8).
+			cfg.Membership = d.Membership.clone()
+		}
 	}
 	p, err := NewProposer(ProposerConfig{
 		ID: cfg.ID, Incarnation: cfg.Incarnation, Membership: cfg.Membership, Clock: cfg.Clock,
@@ -243,20 +268,17 @@ func (n *Node) maybeVote() error {
 		return nil
 	}
 	inc, joined := n.m.JoinedAs(n.id)
-	if n.cfg.faults.freshAnyIncarnation {
-		inc = n.inc
-	}
 	a, err := NewAcceptor(AcceptorConfig{
 		ID: n.id, Incarnation: n.inc, Membership: n.m, Clock: n.cfg.Clock,
 		MaxTTL: n.cfg.MaxTTL, Quarantine: n.cfg.Quarantine, CatchUpBuckets: n.cfg.CatchUpBuckets,
 		RetryInterval: n.cfg.RetryInterval, HandoffGrace: n.cfg.HandoffGrace, Drift: n.cfg.Drift,
 		MaxRegisters: n.cfg.MaxRegisters, RegisterIdle: n.cfg.RegisterIdle,
-		Fresh: joined && inc == n.inc,
+		Fresh: joined && inc == n.inc, Disk: n.cfg.Disk, Durable: n.cfg.Durable,
+		faults: n.cfg.faults.acc,
 	})
 	if err != nil {
 		return fmt.Errorf("quorum: %s cannot vote: %w", n.id, err)
 	}
-	a.faults = n.cfg.faults.acc
 	n.acc = a
 	return nil
 }
@@ -298,8 +320,18 @@ func (n *Node) votingState() VotingState {
 	st := VotingState{Voter: n.voter, Silenced: n.quiet}
 	if n.acc != nil {
 		st.Acceptor, st.FloorOnly = n.acc.State(), n.acc.FloorOnly()
+		st.DiskFailed = n.acc.DiskError() != nil
 	}
 	return st
+}
+
+// DiskError is the error that stopped the node's acceptor from voting, if
+// a save of its durable state failed.
+func (n *Node) DiskError() error {
+	if n.acc == nil {
+		return nil
+	}
+	return n.acc.DiskError()
 }
 
 // Recovery reports what the node's acceptor waits for before it votes
@@ -424,11 +456,19 @@ const maxForgetting = 64
 
 // sweep starts forgets of this voter's idle free registers.
 func (n *Node) sweep() {
-	if n.acc == nil || n.quiet {
+	if n.acc == nil {
 		return
 	}
-	for _, key := range n.acc.SweepCandidates(maxForgetting - n.prop.forgetting) {
-		n.prop.forget(key)
+	room := maxForgetting - n.prop.forgetting
+	if n.quiet {
+		room = 0 // the acceptor still learns that its sweep is done (NextTick)
+	}
+	for _, key := range n.acc.SweepCandidates(room) {
+		if !n.prop.working(key) {
+			// A key this node is working on (a forget started before
+			// among them) is not idle: leave it for a later sweep.
+			n.prop.forget(key)
+		}
 	}
 }
 

@@ -707,6 +707,13 @@ func (p *Proposer) enqueue(x *op, front bool) {
 	p.advance(ks)
 }
 
+// working reports whether an operation of this node is running or queued
+// on key.
+func (p *Proposer) working(key string) bool {
+	ks := p.keys[key]
+	return ks != nil && (ks.active != nil || len(ks.queue) > 0)
+}
+
 func (p *Proposer) removeQueued(x *op) {
 	ks := x.ks
 	if i := slices.Index(ks.queue, x); i >= 0 {

@@ -245,6 +245,10 @@ func (p *Proposer) changeStep(c *changeOp, x *op, r OpResult) {
 		case Locked:
 			// Another node changed the configuration first.
 			p.changeRead(c)
+		case Refused:
+			c.unknown = c.unknown || r.Unknown
+			r.Unknown = c.unknown
+			p.endChange(c, r)
 		default:
 			c.unknown = c.unknown || r.Unknown
 			p.endChange(c, OpResult{Outcome: NoQuorum, Unknown: c.unknown})

@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"fmt"
 	"slices"
 	"time"
 )
@@ -490,6 +491,15 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		// counter ahead by a random stride, growing with each loss: those
 		// that beat us did so with the highest ballot they knew plus one,
 		// and matching them only restarts the duel.
+		if x.kind == kindConfig && x.cfgWrite != nil {
+			if who := noDiskVoters(x.replies); len(who) > 0 {
+				// Voters without a disk refuse to vote on voter changes:
+				// no use trying again.
+				p.finish(x, OpResult{Outcome: Refused, Unknown: (x.phase == phaseAccept && x.votes.nyes > 0) || x.unknown,
+					Err: fmt.Errorf("%w: voter changes need every voter to keep its state on disk, and %v keep none (set a data directory)", ErrBadChange, who)})
+				return
+			}
+		}
 		p.stats.Conflicts++
 		x.contended = x.votes.refusedByRival
 		if x.contended {
@@ -946,4 +956,16 @@ func (p *Proposer) freeing(ks *keyState, e uint64) bool {
 		}
 	}
 	return false
+}
+
+// noDiskVoters lists the voters that refused an operation for want of a
+// disk (ReasonNoDisk).
+func noDiskVoters(rs []reply) []NodeID {
+	var who []NodeID
+	for i := range rs {
+		if rs[i].res.Reason == ReasonNoDisk {
+			who = append(who, rs[i].from)
+		}
+	}
+	return who
 }

@@ -283,3 +283,96 @@ func voterChangeUnderCrashedHolder(t *testing.T, bug string) (leaseEnd, granted 
 	}
 	return leaseEnd, granted
 }
+
+// Finding 8: every node restarts on its Config.Voters, the founding voters.
+// After n3 and n4 were added and n1 and n2 removed (voters {n0, n3, n4}), a
+// partition cut {n0, n1, n2} from {n3, n4}, and n0, n1 and n2 restarted.
+// They asked only the founding voters, all answered "recovering", so they
+// concluded a full restart and went live on the founding configuration,
+// whose majority granted k0 to n1 while n3 held it. With disks a voter never
+// returns to a configuration older than the newest it adopted: n1 and n2
+// stay retired, n0 waits for n3 or n4. ("forget-config" is the old rule: a
+// restart ignores the configuration its disk kept.)
+func TestReviewRestartedFoundersDoNotResurrectOldVoters(t *testing.T) {
+	for _, bug := range []string{"", "forget-config"} {
+		s, granted := restartFoundersAfterChanges(t, bug)
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("%s", failureReport(s))
+		case bug == "" && granted:
+			t.Errorf("n1 was granted k0 while n3 held it")
+		case bug != "" && len(s.fail) == 0:
+			t.Errorf("with the old rule (%s) no violation: the scenario shows nothing (n1 granted: %v)", bug, granted)
+		case bug != "":
+			t.Logf("with the old rule (%s): %s", bug, s.fail[0])
+		}
+	}
+}
+
+// restartFoundersAfterChanges runs finding 8's scenario and reports whether
+// n1 was granted k0 while n3 held it.
+func restartFoundersAfterChanges(t *testing.T, bug string) (s *sim, granted bool) {
+	t.Helper()
+	cfg := faultFree(1, 3, 2, 1, 1)
+	cfg.Bug, cfg.Disks = bug, true
+	cfg.Duration, cfg.HealAt = 10*time.Second, 8*time.Second // the partition is the fault
+	cfg.skipI5 = bug != ""
+	changes := []simChange{{add: "n3"}, {add: "n4"}, {remove: "n1"}, {remove: "n2"}}
+	var holdAt time.Duration
+	cfg.Script = func(s *sim) {
+		for i, ch := range changes {
+			s.at(time.Duration(500+700*i)*time.Millisecond, func() {
+				n := s.nodes[0]
+				var inc uint64
+				if ch.add != "" {
+					inc = s.node(ch.add).inc
+				}
+				id, err := n.node.ChangeVoters(ch.add, inc, ch.remove, n.clock.Now()+time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.changes[id] = &ch
+				s.flush(n)
+			})
+		}
+		holdAt = time.Duration(500+700*len(changes)) * time.Millisecond
+		h, w := s.nodes[3].clients[0], s.nodes[1].clients[0]
+		h.holdTime = time.Minute
+		s.at(holdAt, func() {
+			if want := []NodeID{"n0", "n3", "n4"}; !slices.Equal(s.m.Voters, want) || s.m.Pending {
+				t.Fatalf("after the changes the voters are %v (pending %v), want %v", s.m.Voters, s.m.Pending, want)
+			}
+			h.acquire("k0", true, time.Second)
+			s.flush(h.n)
+		})
+		s.at(holdAt+500*time.Millisecond, func() {
+			if h.grant == nil {
+				t.Fatalf("n3 holds nothing")
+			}
+			for _, a := range []int{0, 1, 2} {
+				for _, b := range []int{3, 4} {
+					s.cut[[2]int{a, b}], s.cut[[2]int{b, a}] = true, true
+				}
+				s.crash(s.nodes[a])
+			}
+		})
+		s.at(holdAt+600*time.Millisecond, func() {
+			for _, a := range []int{0, 1, 2} {
+				s.start(s.nodes[a])
+			}
+			w.acquire("k0", true, 3*time.Second)
+			s.flush(w.n)
+		})
+	}
+	s = newSim(cfg)
+	s.run()
+	if s.stats.ChangesDone != len(changes) {
+		t.Fatalf("%d of %d voter changes done: %v", s.stats.ChangesDone, len(changes), s.stats)
+	}
+	for _, g := range s.check.grants["k0"] {
+		if g.node.idx == 1 {
+			granted = true
+		}
+	}
+	return s, granted
+}

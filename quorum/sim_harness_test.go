@@ -73,8 +73,16 @@ type simConfig struct {
 	// start, so they change between lives.
 	Clocks string
 	// Reconfig adds and removes voters, one at a time, while the faults
-	// run; new nodes join as spares to be added.
-	Reconfig     bool
+	// run; new nodes join as spares to be added. Voter changes need
+	// durable state (Disks).
+	Reconfig bool
+	// Disks gives every node a disk that keeps its acceptor's Durable
+	// state across crashes (see durable.go); without, every restart
+	// forgets everything.
+	Disks bool
+	// WallBack sets the wall clocks of the nodes a full restart starts
+	// again an hour back: with disks, tokens must not care.
+	WallBack     bool
 	HealAt       time.Duration // faults stop here; zero: Duration*3/5
 	LivenessSlop time.Duration
 
@@ -110,14 +118,15 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 		Crashes:      true,
 		FullRestart:  seed%5 == 0,
 		Reconfig:     seed%2 == 0,
+		Disks:        seed%2 == 0 || seed%4 == 1,
 	}
+	cfg.WallBack = cfg.Disks && seed%3 == 0
 	// The states where bugs live, spread over the seeds: clock rates at
 	// the drift bound, a majority of voters crashing under running
 	// holders, lease settings rolled across restarts (lowered and raised).
-	// (Majority crashes and retiming stay out of the seeds that change
-	// voters: every restart begins from the founding voters, and without
-	// durable state a majority restarted after voter changes cannot know
-	// of them; see DESIGN §3.2, item 4.)
+	// Voters keep their state on disk in the seeds that change voters
+	// (and in a quarter of the others): a restart after voter changes
+	// knows of them (DESIGN §3.2, item 4).
 	cfg.Clocks = []string{"", "extreme", "adversarial"}[seed%3]
 	switch seed % 6 {
 	case 2:
@@ -135,6 +144,11 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 		cfg.Retime, cfg.RetimeTTL = true, cfg.TTL/4
 	case 7:
 		cfg.Retime, cfg.TTL, cfg.RetimeTTL = true, cfg.TTL/4, cfg.TTL
+	case 2, 6:
+		// Voter changes under majority crashes, on disks.
+		cfg.MajorityCrash = seed%16 < 8
+	case 4:
+		cfg.Retime, cfg.RetimeTTL = seed%16 < 8, cfg.TTL/4
 	}
 	return cfg
 }
@@ -256,10 +270,33 @@ type simNode struct {
 	tickAt  time.Duration
 	tickSet bool
 
+	disk    *simDisk // nil without (simConfig.Disks); survives crashes
 	clients []*simClient
 	ops     map[OpID]*simClient
 	holder  map[string]*simClient // key → client holding this node's lease on it
 	changes map[OpID]*simChange   // voter changes this node started
+}
+
+// simDisk is a node's disk: what its acceptor saved last.
+type simDisk struct {
+	saved *Durable
+	saves int
+}
+
+func (d *simDisk) Save(st *Durable) error {
+	c := st.clone()
+	d.saved = &c
+	d.saves++
+	return nil
+}
+
+// load is the state a new life starts from (nil before any save).
+func (d *simDisk) load() *Durable {
+	if d == nil || d.saved == nil {
+		return nil
+	}
+	c := d.saved.clone()
+	return &c
 }
 
 // simChange is a voter change the driver asked of a node.
@@ -284,11 +321,12 @@ type sim struct {
 	m       Membership
 	configs map[uint64]Membership
 
-	cut     map[[2]int]bool
-	nextInc uint64
-	nextRef uint64 // numbers the requests delivered (Message.Ref)
-	healed  bool
-	ended   bool
+	cut      map[[2]int]bool
+	wallBack int64 // µs the wall clocks of new lives are set back (simConfig.WallBack)
+	nextInc  uint64
+	nextRef  uint64 // numbers the requests delivered (Message.Ref)
+	healed   bool
+	ended    bool
 
 	check *simChecker
 	stats simStats
@@ -391,7 +429,7 @@ func (s *sim) start(n *simNode) {
 	n.clock = &simClock{
 		s:        s,
 		rate:     s.clockRate(n),
-		wallSkew: int64(s.rand.Intn(20000)) - 10000, // ±10ms
+		wallSkew: int64(s.rand.Intn(20000)) - 10000 - s.wallBack, // ±10ms
 	}
 	n.ttl = s.cfg.TTL
 	if s.cfg.Retime && s.now >= s.retimeAt() {
@@ -402,10 +440,19 @@ func (s *sim) start(n *simNode) {
 	n.ops = make(map[OpID]*simClient)
 	n.holder = make(map[string]*simClient)
 	n.changes = make(map[OpID]*simChange)
-	// Every node starts from its Config.Voters, the founding voters, and
-	// learns a newer configuration from the others.
+	// Every node starts from its Config.Voters, the founding voters, or
+	// the configuration its disk kept, and learns a newer one from the
+	// others.
+	if s.cfg.Disks && n.disk == nil {
+		n.disk = &simDisk{}
+	}
+	var disk Disk
+	if n.disk != nil {
+		disk = n.disk
+	}
 	var err error
 	n.node, err = NewNode(NodeConfig{
+		Disk: disk, Durable: n.disk.load(),
 		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
 		MaxIdleKeys: s.cfg.MaxIdleKeys,
@@ -968,9 +1015,15 @@ func (s *sim) fullRestart() {
 		s.crash(n)
 	}
 	s.check.era++
-	// Every node starts again from the founding voters: what changed
-	// since lived in memory only.
-	s.resetConfigs()
+	if !s.cfg.Disks {
+		// Every node starts again from the founding voters: what changed
+		// since lived in memory only. (With disks, configurations
+		// survive: no id may name two of them, across the restart too.)
+		s.resetConfigs()
+	}
+	if s.cfg.WallBack {
+		s.wallBack += int64(time.Hour / time.Microsecond)
+	}
 	s.after(50*time.Millisecond+time.Duration(s.rand.Int63n(int64(200*time.Millisecond))), func() {
 		for _, n := range s.nodes {
 			if !n.up {

@@ -1,0 +1,240 @@
+package quorum
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Tests of what an acceptor keeps on disk (durable.go), one acceptor at a
+// time on a fake clock and a disk in memory.
+
+// memDisk is a Disk in memory; fail makes every save fail.
+type memDisk struct {
+	saved *Durable
+	saves int
+	fail  error
+}
+
+func (d *memDisk) Save(st *Durable) error {
+	if d.fail != nil {
+		return d.fail
+	}
+	c := st.clone()
+	d.saved = &c
+	d.saves++
+	return nil
+}
+
+// newDiskFixture returns acceptor "a" of {a, b, c} on disk d, started from
+// what d holds.
+func newDiskFixture(t testing.TB, d *memDisk) *accFixture {
+	t.Helper()
+	m := NewMembership(ClusterID([]NodeID{"a", "b", "c"}), "a", "b", "c")
+	clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
+	cfg := newAccConfig("a", m, clock)
+	cfg.Disk = d
+	if d.saved != nil {
+		st := d.saved.clone()
+		cfg.Durable = &st
+	}
+	a, err := NewAcceptor(cfg)
+	if err != nil {
+		t.Fatalf("NewAcceptor: %v", err)
+	}
+	return &accFixture{t: t, id: "a", a: a, clock: clock, m: m}
+}
+
+// answerProbe answers the acceptor's catch-up requests to peer as a voter
+// with a disk that never voted (fresh) or one that did.
+func answerProbe(f *accFixture, peer NodeID, fresh bool) {
+	for _, req := range f.a.Ready().CatchUps {
+		if req.To == peer {
+			f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: peer, To: "a", Inc: 1,
+				Status: StatusRecovering, Bucket: req.Bucket, Fresh: fresh})
+		}
+	}
+}
+
+// A voter on a new disk votes as soon as one other voter (a majority with
+// it) says that it never voted either: a new mesh needs no quarantine.
+func TestDurableNewMeshVotesOnMajorityOfFreshVoters(t *testing.T) {
+	d := &memDisk{}
+	f := newDiskFixture(t, d)
+	if f.a.State() == Live {
+		t.Fatalf("live before hearing from anyone")
+	}
+	answerProbe(f, "b", true)
+	if f.a.State() != Live {
+		t.Fatalf("%v after a fresh majority; want live", f.a.State())
+	}
+	if d.saved == nil || d.saved.Voted || d.saved.Membership.ID != f.m.ID {
+		t.Fatalf("saved %+v; want the configuration, not voted", d.saved)
+	}
+	mustOK(t, "prepare", f.prepare(bal(1, "p")))
+	mustOK(t, "accept", f.accept(bal(1, "p"), grantTo("p", 100, bal(1, "p"))))
+	if !d.saved.Voted || d.saved.Reserved < 100 || d.saved.Ballots <= 1 || d.saved.Horizon != accMaxTTL {
+		t.Fatalf("after the first accept the disk holds %+v", d.saved)
+	}
+}
+
+// A voter on a new disk that hears that another voter has voted is no new
+// mesh's: it may have voted itself on a disk since lost, so it recovers as
+// one that forgot, quarantine and all.
+func TestDurableNewDiskInAMeshThatVotedQuarantines(t *testing.T) {
+	f := newDiskFixture(t, &memDisk{})
+	answerProbe(f, "b", false)
+	if st := f.a.State(); st != Quarantined {
+		t.Fatalf("%v after a peer said it voted; want quarantined", st)
+	}
+	f.clock.advance(accQuarantine)
+	f.a.Tick()
+	if st := f.a.State(); st != CatchingUp {
+		t.Fatalf("%v after the quarantine; want catching up", st)
+	}
+}
+
+// Restarted from a disk that says it never voted: it protects nothing, and
+// votes at once. Restarted from one that says it voted: quarantined for
+// the longest lease it may have accepted, its ballots and epochs above
+// every one it saw.
+func TestDurableRestart(t *testing.T) {
+	d := &memDisk{}
+	f := newDiskFixture(t, d)
+	answerProbe(f, "b", true)
+	g := newDiskFixture(t, d) // a restart before any vote
+	if g.a.State() != Live {
+		t.Fatalf("restart of a voter that never voted: %v, want live", g.a.State())
+	}
+	mustOK(t, "prepare", g.prepare(bal(5, "p")))
+	mustOK(t, "accept", g.accept(bal(5, "p"), grantTo("p", 700, bal(5, "p"))))
+
+	h := newDiskFixture(t, d) // a restart after it voted
+	if h.a.State() != Quarantined || h.a.Recovery().LiveFrom-h.clock.now < accMaxTTL {
+		t.Fatalf("restart after a vote: %v, live from %v; want quarantined a MaxTTL", h.a.State(), h.a.Recovery().LiveFrom-h.clock.now)
+	}
+	h.clock.advance(accQuarantine)
+	h.a.Tick()
+	doneFrom(h, "b")
+	doneFrom(h, "c")
+	if h.a.State() != Live {
+		t.Fatalf("%v after quarantine and catch-up", h.a.State())
+	}
+	r := h.peek()
+	if !bal(5, "p").Less(r.Promised) || r.MaxEpoch < 700 {
+		t.Fatalf("after the restart: promise floor %v, epoch floor %d; want above ballot 5 and epoch 700", r.Promised, r.MaxEpoch)
+	}
+}
+
+// Two voters that restarted from their disks vote again on each other's
+// word, without the third: a majority of the configuration answered, and
+// neither accepted a newer configuration. If one had, they wait.
+func TestDurableFullRestartNeedsAMajority(t *testing.T) {
+	for _, newer := range []uint64{0, 2} {
+		d := &memDisk{saved: &Durable{Voted: true, Horizon: accMaxTTL, Reserved: 500, Ballots: 9,
+			Membership: NewMembership(ClusterID([]NodeID{"a", "b", "c"}), "a", "b", "c")}}
+		f := newDiskFixture(t, d)
+		f.clock.advance(accQuarantine)
+		f.a.Tick()
+		for _, req := range f.a.Ready().CatchUps {
+			if req.To == "b" {
+				f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: "b", To: "a", Inc: 1,
+					Status: StatusRecovering, Durable: true, EpochFloor: 900, NewerConfig: newer})
+			}
+		}
+		switch {
+		case newer == 0 && f.a.State() != Live:
+			t.Fatalf("a and b restarted from disk: a is %v, want live", f.a.State())
+		case newer != 0 && f.a.State() == Live:
+			t.Fatalf("b accepted configuration version %d, yet a went live on version 1", newer)
+		case newer == 0 && (f.a.FloorOnly() || f.peek().MaxEpoch < 900):
+			t.Fatalf("floor only %v, epoch floor %d: want b's mark 900, not the wall clock", f.a.FloorOnly(), f.peek().MaxEpoch)
+		}
+	}
+}
+
+// Without a disk an acceptor refuses to vote on a voter change: it would
+// forget the configuration it accepted.
+func TestDurableVoterChangeNeedsADisk(t *testing.T) {
+	f := newLiveAcceptor(t)
+	next := f.m.Next([]NodeID{"a", "b", "c", "d"}, true, 0)
+	op := Op{Kind: OpAccept, Key: ConfigKey, Ballot: bal(1, "p"), Inc: accInc, Value: Value{Config: &next}}
+	mustRefuse(t, "a configuration accepted without a disk", f.one("p", op), ReasonNoDisk)
+}
+
+// The configuration register and the adopted configuration are on disk
+// before the acceptor answers; a restart comes back with them.
+func TestDurableKeepsTheConfiguration(t *testing.T) {
+	d := &memDisk{}
+	f := newDiskFixture(t, d)
+	answerProbe(f, "b", true)
+	next := f.m.Next([]NodeID{"a", "b", "c", "d"}, true, 0)
+	mustOK(t, "prepare", f.one("p", Op{Kind: OpPrepare, Key: ConfigKey, Ballot: bal(3, "p")}))
+	if d.saved.Config.Promise != bal(3, "p") {
+		t.Fatalf("promise on the configuration register not saved: %+v", d.saved.Config)
+	}
+	mustOK(t, "accept", f.one("p", Op{Kind: OpAccept, Key: ConfigKey, Ballot: bal(3, "p"), Inc: accInc, Value: Value{Config: &next}}))
+	if c := d.saved.Config.Value.Config; c == nil || c.ID != next.ID {
+		t.Fatalf("accepted configuration not saved: %+v", d.saved.Config)
+	}
+	g := newDiskFixture(t, d)
+	if got := g.a.newerConfigAccepted(); got != next.Version() {
+		t.Fatalf("after a restart the register holds version %d, want %d", got, next.Version())
+	}
+	if !g.a.Adopt(next) || d.saved.Membership.ID != next.ID {
+		t.Fatalf("adopted configuration not saved: %+v", d.saved.Membership)
+	}
+	h := newDiskFixture(t, d)
+	if h.a.Membership().ID != next.ID {
+		t.Fatalf("restarted on configuration %d, want the adopted %d", h.a.Membership().ID, next.ID)
+	}
+}
+
+// A save that fails stops the acceptor voting, for good: it cannot keep
+// its word.
+func TestDurableFailedSaveStopsVoting(t *testing.T) {
+	d := &memDisk{}
+	f := newDiskFixture(t, d)
+	answerProbe(f, "b", true)
+	mustOK(t, "prepare", f.prepare(bal(1, "p"))) // saves a ballot mark
+	d.fail = errors.New("disk full")
+	r := f.accept(bal(1, "p"), grantTo("p", 100, bal(1, "p"))) // must save that it voted
+	mustRefuse(t, "accept whose save failed", r, ReasonNoVote)
+	if f.a.DiskError() == nil {
+		t.Fatalf("no disk error reported")
+	}
+	d.fail = nil
+	if resp := f.do("p", Op{Kind: OpPrepare, Key: "k2", Ballot: bal(2, "p")}); resp.Status != StatusRecovering {
+		t.Fatalf("after a failed save the acceptor answers %v, want it to vote no more", resp.Status)
+	}
+}
+
+// Marks are saved once per block: the first grant saves the ballot mark
+// (its prepare) and that the acceptor voted with an epoch mark (its
+// accept); the next thousand grants, with rising epochs and ballots, save
+// nothing.
+func TestDurableSavesOncePerBlock(t *testing.T) {
+	d := &memDisk{}
+	f := newDiskFixture(t, d)
+	answerProbe(f, "b", true)
+	grant := func(i uint64) {
+		b := bal(i, "p")
+		mustOK(t, "prepare", f.prepare(b))
+		mustOK(t, "accept", f.accept(b, grantTo("p", testWallBaseEpoch+i, b)))
+	}
+	before := d.saves
+	grant(1)
+	if n := d.saves - before; n != 2 {
+		t.Fatalf("%d saves for the first grant, want 2", n)
+	}
+	before = d.saves
+	for i := uint64(2); i <= 1000; i++ {
+		grant(i)
+	}
+	if n := d.saves - before; n != 0 {
+		t.Fatalf("%d saves for the next 999 grants, want none", n)
+	}
+}
+
+// testWallBaseEpoch is an epoch as the wall-clock floor makes them.
+const testWallBaseEpoch = uint64(testWallBase)
