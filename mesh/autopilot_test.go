@@ -10,7 +10,7 @@ import (
 // removes the dead voter, and locks go on being granted by the new voters.
 // A node that asked never to vote is left alone.
 func TestAutopilotReplacesDeadVoter(t *testing.T) {
-	c := newCluster(t, clusterOpts{voters: 3, proposers: 2, tweak: func(cfg *Config) {
+	c := newCluster(t, clusterOpts{voters: 3, proposers: 2, dataDirs: true, tweak: func(cfg *Config) {
 		cfg.Autopilot = &AutopilotConfig{DeadAfter: 300 * time.Millisecond, Interval: 50 * time.Millisecond}
 		cfg.NoVote = cfg.Name == "node4"
 	}})
@@ -51,7 +51,7 @@ func TestAutopilotReplacesDeadVoter(t *testing.T) {
 
 // With nobody to promote, a dead voter is removed, but never below Min.
 func TestAutopilotShrinksToMin(t *testing.T) {
-	c := newCluster(t, clusterOpts{voters: 3, tweak: func(cfg *Config) {
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: func(cfg *Config) {
 		cfg.Autopilot = &AutopilotConfig{DeadAfter: 300 * time.Millisecond, Interval: 50 * time.Millisecond, Min: 2}
 	}})
 	c.waitVoting()

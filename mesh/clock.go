@@ -5,13 +5,21 @@ import "time"
 // clock is the mesh's quorum.Clock: monotonic time since the mesh started
 // (Go's time.Since reads the monotonic clock), and the wall clock only for
 // the epoch floor.
-type clock struct{ start time.Time }
+type clock struct {
+	start time.Time
+	wall  func() time.Time // Config.WallClock; nil: time.Now
+}
 
 func newClock() *clock { return &clock{start: time.Now()} }
 
 func (c *clock) Now() time.Duration { return time.Since(c.start) }
 
-func (c *clock) WallMicros() int64 { return time.Now().UnixMicro() }
+func (c *clock) WallMicros() int64 {
+	if c.wall != nil {
+		return c.wall().UnixMicro()
+	}
+	return time.Now().UnixMicro()
+}
 
 // at converts a time on the mesh clock to a time.Time.
 func (c *clock) at(d time.Duration) time.Time { return c.start.Add(d) }

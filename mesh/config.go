@@ -204,6 +204,23 @@ type Config struct {
 	// time.
 	Seed int64
 
+	// DataDir, when set, is a directory (created if missing, one per
+	// node) where a voter keeps the little it must not forget across
+	// restarts: whether it ever voted, its voter configuration, and marks
+	// above every fencing token and ballot it saw (see datadir.go). With
+	// it, a brand-new mesh votes as soon as a majority of its voters is
+	// up, a full restart comes back with a majority of the voters, tokens
+	// never depend on wall clocks, and voters can be added and removed
+	// (which needs a data directory on every voter). Without it, state
+	// lives in memory. Locks themselves stay in memory either way.
+	DataDir string
+
+	// WallClock, when set, is the wall clock the fencing tokens' floor
+	// reads instead of time.Now (the mesh's other timing uses the
+	// monotonic clock only). Tests set it back to show that with a data
+	// directory tokens do not depend on it.
+	WallClock func() time.Time
+
 	local bool // DefaultLocalConfig: smaller defaults
 }
 
@@ -293,6 +310,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Autopilot.validate(); err != nil {
 		return err
+	}
+	if c.Autopilot != nil && c.DataDir == "" {
+		return fmt.Errorf("%w: Autopilot changes voters, and voter changes need a DataDir on every voter", ErrInvalidConfig)
 	}
 	if c.MaxKeyLength < 0 || c.MaxOpsPerMessage < 0 || c.MaxFrameSize < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)

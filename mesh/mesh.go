@@ -80,6 +80,11 @@ type Mesh struct {
 	nextRef atomic.Uint64
 	inbound map[uint64]*inbound
 
+	// dd is the data directory (nil without Config.DataDir), and saved
+	// what it held when the node started (nil: nothing yet).
+	dd    *dataDir
+	saved *savedState
+
 	started chan struct{} // closed when New is done
 	// observe, when a test sets it, sees every operation result
 	// (internal ones included) under nodeMu.
@@ -121,10 +126,16 @@ func New(cfg *Config) (*Mesh, error) {
 		closed:   make(chan struct{}),
 	}
 	m.qo = timingOptions(c.Timing)
+	m.clock.wall = c.WallClock
 	m.rs.init()
 	m.log = meshLogger(c.Logger).With("node", c.Name)
 	for _, w := range c.Warnings() {
 		m.log.Warn(w)
+	}
+	if c.DataDir != "" {
+		if err := m.openDataDir(); err != nil {
+			return nil, err
+		}
 	}
 	seed := c.Seed
 	if seed == 0 {
@@ -132,16 +143,30 @@ func New(cfg *Config) (*Mesh, error) {
 	}
 	m.rand = rand.New(rand.NewSource(seed))
 	if err := m.setupMetrics(); err != nil {
+		m.dd.close()
 		return nil, err
 	}
 	if err := m.startTransport(); err != nil {
+		m.dd.close()
 		return nil, err
 	}
 	if err := m.startGossip(); err != nil {
 		m.tr.Close()
+		m.dd.close()
 		return nil, err
 	}
-	if len(c.Voters) > 0 {
+	switch {
+	case m.saved != nil:
+		// The configuration the data directory kept: the newest this
+		// node adopted (and no older one than Config.Voters').
+		if len(m.saved.Founders) > 0 {
+			m.setFounders(founding(m.saved.Founders).Voters)
+		}
+		if err := m.setup(m.saved.State.Membership); err != nil {
+			m.Shutdown()
+			return nil, err
+		}
+	case len(c.Voters) > 0:
 		m.setFounders(founding(c.Voters).Voters)
 		if err := m.setup(founding(c.Voters)); err != nil {
 			m.Shutdown()
@@ -202,6 +227,7 @@ func (m *Mesh) startTransport() error {
 	m.meta.Expect = m.cfg.BootstrapExpect
 	m.meta.Inc = m.inc
 	m.meta.NoVote = m.cfg.NoVote
+	m.meta.Disk = m.cfg.DataDir != ""
 	m.meta.SetSettings(m.settings())
 	return nil
 }
@@ -275,12 +301,22 @@ func (m *Mesh) setup(vs quorum.Membership) error {
 		return nil
 	}
 	rt := m.cfg.roundTimeout()
-	node, err := quorum.NewNode(quorum.NodeConfig{
+	nc := quorum.NodeConfig{
 		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
 		Rand: rand.New(rand.NewSource(m.rand.Int63())), RoundTimeout: rt, Drift: m.cfg.Timing.Drift,
 		MaxTTL: m.cfg.maxTTL(), Quarantine: m.quarantine(), CatchUpBuckets: 64,
 		RetryInterval: 2 * rt, HandoffGrace: 2 * rt,
-	})
+	}
+	if m.dd != nil {
+		if f := m.founders.Load(); f != nil {
+			m.dd.setFounders(*f)
+		}
+		nc.Disk = m.dd
+		if m.saved != nil {
+			nc.Durable = &m.saved.State
+		}
+	}
+	node, err := quorum.NewNode(nc)
 	if err != nil {
 		return err
 	}
@@ -483,6 +519,7 @@ func (m *Mesh) Shutdown() error {
 			delete(m.leases, k)
 		}
 		m.nodeMu.Unlock()
+		m.dd.close()
 	})
 	return nil
 }
@@ -494,4 +531,32 @@ func (m *Mesh) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// openDataDir opens Config.DataDir and checks that what it holds is this
+// node's, of this mesh.
+func (m *Mesh) openDataDir() error {
+	dd, st, err := openDataDir(m.cfg.DataDir, m.cfg.Name)
+	if err != nil {
+		return err
+	}
+	if st != nil && len(m.cfg.Voters) > 0 {
+		if want := founding(m.cfg.Voters).Cluster(); st.cluster() != want {
+			dd.close()
+			return fmt.Errorf("%w %s belongs to the mesh founded by voters %q, but Config.Voters is %q: nothing was changed (Voters must stay the founding list, even after voter changes; or use a new directory)",
+				ErrDataDir, m.cfg.DataDir, st.Founders, m.cfg.Voters)
+		}
+	}
+	if st != nil && st.State.Membership.ID == 0 {
+		dd.close()
+		return fmt.Errorf("%w %s: the saved state names no voter configuration", ErrDataDir, m.cfg.DataDir)
+	}
+	m.dd, m.saved = dd, st
+	if st != nil {
+		m.log.Info("data directory", "path", m.cfg.DataDir, "voted", st.State.Voted,
+			"voters", st.State.Membership.Voters, "version", st.State.Membership.Version())
+	} else {
+		m.log.Info("data directory is new", "path", m.cfg.DataDir)
+	}
+	return nil
 }

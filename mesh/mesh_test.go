@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -19,12 +20,26 @@ type cluster struct {
 	net   *transport.Network
 	nodes []*Mesh
 	names []string
+	// dataRoot, with clusterOpts.dataDirs, holds a data directory per
+	// node name, kept across its restarts.
+	dataRoot string
 }
 
 type clusterOpts struct {
 	voters, proposers int
 	tcp               bool
-	tweak             func(*Config)
+	// dataDirs gives every node a data directory (Config.DataDir): voter
+	// changes need them.
+	dataDirs bool
+	tweak    func(*Config)
+}
+
+// dataDir is the data directory of the named node ("" without them).
+func (c *cluster) dataDir(name string) string {
+	if c.dataRoot == "" {
+		return ""
+	}
+	return filepath.Join(c.dataRoot, name)
 }
 
 func newCluster(t testing.TB, o clusterOpts) *cluster {
@@ -41,6 +56,9 @@ func newCluster(t testing.TB, o clusterOpts) *cluster {
 func newClusterNoWait(t testing.TB, o clusterOpts) *cluster {
 	t.Helper()
 	c := &cluster{t: t, net: transport.NewNetwork(1)}
+	if o.dataDirs {
+		c.dataRoot = t.TempDir()
+	}
 	var voters []string
 	for i := 0; i < o.voters+o.proposers; i++ {
 		name := fmt.Sprintf("node%d", i)
@@ -54,6 +72,7 @@ func newClusterNoWait(t testing.TB, o clusterOpts) *cluster {
 		cfg.Name = name
 		cfg.Voters = voters
 		cfg.Seed = int64(i + 1)
+		cfg.DataDir = c.dataDir(name)
 		if testing.Verbose() {
 			cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Name: name})
 		}

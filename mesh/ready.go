@@ -52,9 +52,13 @@ const (
 	// Silenced: a voter that does not vote because an earlier process with
 	// its name still answers (Status.Security).
 	Silenced
+	// DiskFailed: a voter that stopped voting for good because it could
+	// not save its state to its data directory (Status.DataDir.Error);
+	// restart it once the disk is fixed.
+	DiskFailed
 )
 
-var votingStateNames = [...]string{"not-voter", "quarantined", "catching-up", "live", "silenced"}
+var votingStateNames = [...]string{"not-voter", "quarantined", "catching-up", "live", "silenced", "disk-failed"}
 
 func (s VotingState) String() string {
 	if int(s) < len(votingStateNames) {
@@ -87,6 +91,8 @@ func votingStateOf(v *quorum.VotingState, silenced bool) VotingState {
 	switch {
 	case v == nil || !v.Voter:
 		return NotVoter
+	case v.DiskFailed:
+		return DiskFailed
 	case v.Silenced || silenced:
 		return Silenced
 	case v.Acceptor == quorum.Quarantined:

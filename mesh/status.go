@@ -44,6 +44,8 @@ type Status struct {
 	// Security is what this node saw of other processes using names, and
 	// of its limits (securitystatus.go).
 	Security SecurityStatus
+	// DataDir is the data directory's state (nil without Config.DataDir).
+	DataDir *DataDirStatus `json:",omitempty"`
 }
 
 // Member is one node as gossip sees it.
@@ -92,5 +94,6 @@ func (m *Mesh) Status() Status {
 	st.Ready, st.Waiting, st.LiveVoters = r.ready && !m.isClosed(), r.waiting, r.live
 	m.setReady(st.Ready)
 	st.Security = m.securityStatus()
+	st.DataDir = m.dd.status()
 	return st
 }

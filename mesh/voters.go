@@ -127,6 +127,9 @@ func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, 
 	if err := m.waitReady(ctx); err != nil {
 		return err
 	}
+	if err := m.checkDisks(add); err != nil {
+		return err
+	}
 	deadline := m.clock.Now() + time.Minute
 	if d, ok := ctx.Deadline(); ok {
 		deadline = m.clock.since(d)
@@ -207,6 +210,9 @@ func (m *Mesh) votingChanged(st quorum.VotingState) {
 		if old != nil && old.Voter {
 			m.log.Info("no longer a voter")
 		}
+	case st.DiskFailed:
+		m.log.Error("stopped voting: the data directory could not be written; fix it and restart this node",
+			"data_dir", m.cfg.DataDir, "error", m.node.DiskError())
 	case st.Acceptor == quorum.Quarantined:
 		m.log.Info("voting after a quarantine", "quarantine", m.quarantine())
 	case st.Acceptor == quorum.CatchingUp:
@@ -438,3 +444,32 @@ func logList(ids []quorum.NodeID) []string {
 
 // userKey checks a key a caller passed (limits.checkUserKey).
 func (m *Mesh) userKey(key string) error { return m.lim.checkUserKey(key) }
+
+// checkDisks refuses a voter change that a voter without a data directory
+// would refuse anyway (quorum.ReasonNoDisk), saying which: a voter that can
+// forget the configuration it accepted would come back after a restart on
+// the founding voters, beside the current ones (review finding 8).
+func (m *Mesh) checkDisks(add quorum.NodeID) error {
+	if m.dd == nil {
+		return fmt.Errorf("%w: voter changes need a data directory (Config.DataDir) on every voter, and this node has none", ErrBadVoterChange)
+	}
+	cur := m.current.Load()
+	if cur == nil {
+		return nil
+	}
+	voters := slices.Clone(cur.Voters)
+	if add != "" {
+		voters = append(voters, add)
+	}
+	var without []string
+	for _, p := range m.book.snapshot() {
+		if p.name != m.cfg.Name && slices.Contains(voters, quorum.NodeID(p.name)) && p.state == "alive" && !p.meta.Disk {
+			without = append(without, p.name)
+		}
+	}
+	if len(without) > 0 {
+		slices.Sort(without)
+		return fmt.Errorf("%w: voter changes need a data directory (Config.DataDir) on every voter, and %q have none", ErrBadVoterChange, without)
+	}
+	return nil
+}

@@ -24,6 +24,7 @@ func (c *cluster) addNode(name string, founding []string, tweak func(*Config)) *
 	cfg.Name = name
 	cfg.Voters = founding
 	cfg.Seed = int64(len(c.nodes) + 1)
+	cfg.DataDir = c.dataDir(name)
 	if testing.Verbose() {
 		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Name: name})
 	}
@@ -69,7 +70,7 @@ func waitConfig(t testing.TB, m *Mesh, voters ...string) Configuration {
 // tokens per key, and the mesh must end on the new machines alone, still
 // granting.
 func TestReplaceEveryVoter(t *testing.T) {
-	c := newCluster(t, clusterOpts{voters: 3})
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true})
 	c.waitVoting()
 	founders := slices.Clone(c.names)
 	var fresh []*Mesh
@@ -216,7 +217,7 @@ func TestReplaceEveryVoter(t *testing.T) {
 // after its quarantine and catch-up. Neither grants on the old
 // configuration.
 func TestRestartWithOldConfiguration(t *testing.T) {
-	c := newCluster(t, clusterOpts{voters: 3})
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true})
 	c.waitVoting()
 	founders := slices.Clone(c.names)
 	n3 := c.addNode("node3", founders, nil)
@@ -270,7 +271,7 @@ func TestRestartWithOldConfiguration(t *testing.T) {
 // The changes that are not allowed fail with clear errors and change
 // nothing.
 func TestVoterChangeErrors(t *testing.T) {
-	c := newCluster(t, clusterOpts{voters: 1, proposers: 1})
+	c := newCluster(t, clusterOpts{voters: 1, proposers: 1, dataDirs: true})
 	c.waitVoting()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

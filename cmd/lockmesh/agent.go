@@ -60,7 +60,7 @@ func agentCommand() *command {
 	fs.StringVar(&f.tlsCA, "tls-ca", "", "the CA certificate(s) (PEM) that sign the mesh's nodes")
 	fs.StringVar(&f.gossipKey, "gossip-key", "", "gossip encryption key, base64 of 16, 24 or 32 bytes (prefer "+envName("gossip-key")+")")
 	fs.StringVar(&f.gossipLabel, "gossip-label", "", "label that keeps meshes on one network apart")
-	fs.StringVar(&f.dataDir, "data-dir", "", "directory for durable state (not supported yet: must be empty)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "directory where a voter keeps what it must not forget across restarts (one per node; needed for voter changes)")
 	fs.StringVar(&f.http, "http", "", "address for /healthz, /readyz, /status, /metrics, e.g. 127.0.0.1:8080 (default: off)")
 	fs.StringVar(&f.socket, "socket", defaultSocket(), "the local API's unix socket")
 	fs.StringVar(&f.socketMode, "socket-mode", "0600", "permissions of the socket: 0600 lets only this user in, 0660 its group too")

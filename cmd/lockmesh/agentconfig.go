@@ -29,15 +29,9 @@ type agentFlags struct {
 	logJSON                                  bool
 }
 
-// errNoDataDir: -data-dir given, but mesh.Config has no DataDir yet.
-var errNoDataDir = errors.New("-data-dir: this build keeps all state in memory (the mesh has no data directory yet); leave it empty")
-
 // meshConfig turns the settings into a mesh configuration. privateIP picks
 // the address to advertise when the agent binds to every interface.
 func meshConfig(f agentFlags, privateIP func() (net.IP, error)) (*mesh.Config, error) {
-	if f.dataDir != "" {
-		return nil, errNoDataDir
-	}
 	bindIP, bindPort, err := splitHostPort("-bind", f.bind, true)
 	if err != nil {
 		return nil, err
@@ -53,6 +47,7 @@ func meshConfig(f agentFlags, privateIP func() (net.IP, error)) (*mesh.Config, e
 	cfg.Seeds = list(f.seeds)
 	cfg.Voters = list(f.voters)
 	cfg.BootstrapExpect = f.bootstrapExpect
+	cfg.DataDir = f.dataDir
 	if len(cfg.Voters) > 0 && f.bootstrapExpect > 0 {
 		return nil, errors.New("set -voters or -bootstrap-expect, not both")
 	}

@@ -51,6 +51,12 @@ func TestMeshConfig(t *testing.T) {
 					t.Errorf("rpc advertise %q", c.RPCAdvertise)
 				}
 			}},
+		{name: "-data-dir", edit: func(f *agentFlags) { f.dataDir = "/var/lib/lockmesh" },
+			check: func(t *testing.T, c *mesh.Config) {
+				if c.DataDir != "/var/lib/lockmesh" {
+					t.Errorf("data dir %q", c.DataDir)
+				}
+			}},
 		{name: "voters, seeds, ttl, tls, gossip", edit: func(f *agentFlags) {
 			f.voters, f.seeds, f.ttl, f.maxTTL = "a, b,c", "h1:7946,h2:7946", 4*time.Second, 8*time.Second
 			f.tlsCert, f.tlsKey, f.tlsCA = "c.pem", "k.pem", "ca.pem"
@@ -67,7 +73,6 @@ func TestMeshConfig(t *testing.T) {
 			}
 		}},
 		{name: "voters and bootstrap-expect", edit: func(f *agentFlags) { f.voters, f.bootstrapExpect = "a", 3 }, err: "not both"},
-		{name: "data dir", edit: func(f *agentFlags) { f.dataDir = "/var/lib/lockmesh" }, err: "in memory"},
 		{name: "gossip key not base64", edit: func(f *agentFlags) { f.gossipKey = "not base64!" }, err: "base64"},
 		{name: "gossip key of 5 bytes", edit: func(f *agentFlags) { f.gossipKey = "aGVsbG8=" }, err: "GossipKey"},
 		{name: "two TLS files of three", edit: func(f *agentFlags) { f.tlsCert, f.tlsKey = "c", "k" }, err: "TLS"},

@@ -86,9 +86,8 @@
 //
 // # Not yet
 //
-// The mesh has no elections, lock listing, semaphores or data directory
-// yet. elect and locks are complete on both sides of the socket, against
-// the interfaces electionAPI and locksAPI (elect.go), which the mesh's
-// implementations will fill; until then they exit 65. lock -n N for N > 1
-// exits 64; agent -data-dir refuses a non-empty value.
+// The mesh has no elections, lock listing or semaphores yet. elect and
+// locks are complete on both sides of the socket, against the interfaces
+// electionAPI and locksAPI (elect.go), which the mesh's implementations
+// will fill; until then they exit 65. lock -n N for N > 1 exits 64.
 package main

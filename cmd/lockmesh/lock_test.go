@@ -135,7 +135,6 @@ func TestLockExitStatuses(t *testing.T) {
 		{"elect", []string{"elect", "-socket", sock, "leader", "me"}, exitUnsupported, "not supported yet"},
 		{"elect -listen", []string{"elect", "-socket", sock, "-listen", "leader"}, exitUnsupported, "not supported yet"},
 		{"locks", []string{"locks", "-socket", sock}, exitUnsupported, "not supported yet"},
-		{"agent -data-dir", []string{"agent", "-data-dir", t.TempDir()}, exitUsage, "in memory"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := lockmesh(t, tc.args...)

@@ -39,6 +39,12 @@ type clusterSpec struct {
 	// nodes started with Config.NoVote.
 	autopilot *mesh.AutopilotConfig
 	noVote    []string
+	// dataDirs gives every node a data directory (Config.DataDir) kept
+	// across its restarts; the autopilot and voter changes need them.
+	dataDirs bool
+	// notStarted are nodes newCluster does not start (a voter whose
+	// machine is not up yet).
+	notStarted []string
 	// binaries maps nodes to the node binary they start with (the
 	// upgrade scenario's previous release); the others run this tree's.
 	binaries map[string]string
@@ -68,6 +74,8 @@ type cluster struct {
 	hist   *history
 	nodes  []*node
 	proxy  *proc
+	// dataRoot holds the nodes' data directories (clusterSpec.dataDirs).
+	dataRoot string
 }
 
 // node is one lockmesh node: a name and addresses that outlive its
@@ -80,8 +88,10 @@ type node struct {
 	// bind and rpc are where it listens, advGossip and advRPC what it
 	// advertises through the proxy ("" without one).
 	bind, rpc, advGossip, advRPC string
-	// bin is the node binary its next process runs.
-	bin string
+	// bin is the node binary its next process runs; wallBack sets its
+	// next process's wall clock back (Config.WallClock).
+	bin      string
+	wallBack time.Duration
 
 	mu      sync.Mutex
 	p       *proc
@@ -96,7 +106,7 @@ func newCluster(t *testing.T, spec clusterSpec) *cluster {
 	if spec.ttl == 0 {
 		spec.ttl = defaultTTL
 	}
-	c := &cluster{t: t, spec: spec, bin: nodeBinary(t), logDir: t.TempDir(), hist: &history{}}
+	c := &cluster{t: t, spec: spec, bin: nodeBinary(t), logDir: t.TempDir(), hist: &history{}, dataRoot: t.TempDir()}
 	t.Cleanup(c.shutdown)
 	for _, name := range spec.voters {
 		c.newNode(name, true)
@@ -108,6 +118,9 @@ func newCluster(t *testing.T, spec clusterSpec) *cluster {
 		c.startProxy()
 	}
 	for _, n := range c.nodes {
+		if slices.Contains(spec.notStarted, n.name) {
+			continue
+		}
 		if err := c.start(n); err != nil {
 			t.Fatal(err)
 		}
@@ -211,6 +224,12 @@ func (c *cluster) start(n *node) error {
 	}
 	if slices.Contains(c.spec.noVote, n.name) {
 		args = append(args, "-no-vote")
+	}
+	if c.spec.dataDirs {
+		args = append(args, "-data-dir", filepath.Join(c.dataRoot, n.name))
+	}
+	if n.wallBack != 0 {
+		args = append(args, "-wall-back", n.wallBack.String())
 	}
 	n.mu.Lock()
 	argv := append([]string{n.bin}, args...)

@@ -22,7 +22,7 @@ import (
 // waitBound, and the whole history passes the checks.
 func TestVoterGoneForGood(t *testing.T) {
 	requireFaults(t)
-	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"p", "q"}})
+	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"p", "q"}, dataDirs: true})
 	cl := c.startClients(workload{keys: []string{"k1", "k2", "k3"}}, c.nodes...)
 	warmUp(t, c, cl)
 	dead, spare := c.node("c"), c.node("p")
@@ -87,7 +87,7 @@ func TestVoterGoneForGood(t *testing.T) {
 func TestAutopilotReplacesGoneVoter(t *testing.T) {
 	requireFaults(t)
 	ap := &mesh.AutopilotConfig{DeadAfter: 2 * time.Second, Interval: 200 * time.Millisecond, Target: 3}
-	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"novote", "spare"},
+	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"novote", "spare"}, dataDirs: true,
 		autopilot: ap, noVote: []string{"novote"}})
 	cl := c.startClients(workload{keys: []string{"k1", "k2", "k3"}}, c.nodes...)
 	warmUp(t, c, cl)

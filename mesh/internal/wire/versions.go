@@ -149,6 +149,9 @@ type Meta struct {
 	Inc uint64 `codec:"inc,omitempty"`
 	// NoVote: the autopilot must not make this node a voter.
 	NoVote bool `codec:"nv,omitempty"`
+	// Disk: the node keeps its voter state in a data directory; voter
+	// changes need one on every voter.
+	Disk bool `codec:"dd,omitempty"`
 
 	// From version 2, the node's Settings; a node of version 1 sends none
 	// (VMax 0).

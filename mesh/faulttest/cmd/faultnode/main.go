@@ -52,6 +52,8 @@ type nodeFlags struct {
 	apDeadAfter, apInterval time.Duration
 	apTarget, apMin         int
 	noVote                  bool
+	dataDir                 string
+	wallBack                time.Duration
 }
 
 func runNode(args []string) int {
@@ -75,6 +77,8 @@ func runNode(args []string) int {
 	fs.IntVar(&f.apTarget, "autopilot-target", 0, "Autopilot.Target (default: the library's)")
 	fs.IntVar(&f.apMin, "autopilot-min", 0, "Autopilot.Min (default: the library's)")
 	fs.BoolVar(&f.noVote, "no-vote", false, "never to be made a voter by the autopilot (Config.NoVote)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "Config.DataDir (default: none, state in memory)")
+	fs.DurationVar(&f.wallBack, "wall-back", 0, "set the wall clock (Config.WallClock) back by this much")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -129,6 +133,11 @@ func nodeConfig(f nodeFlags) (*mesh.Config, error) {
 		cfg.Autopilot = &mesh.AutopilotConfig{DeadAfter: f.apDeadAfter, Interval: f.apInterval, Target: f.apTarget, Min: f.apMin}
 	}
 	cfg.NoVote = f.noVote
+	cfg.DataDir = f.dataDir
+	if f.wallBack != 0 {
+		back := f.wallBack
+		cfg.WallClock = func() time.Time { return time.Now().Add(-back) }
+	}
 	mc := memberlist.DefaultLocalConfig()
 	// What the mesh does for its local profile when given no memberlist
 	// configuration: push/pull often, so a lost join gossip heals soon.

@@ -1,0 +1,228 @@
+package mesh
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lockmesh/lockmesh/lease"
+)
+
+// longTiming is a lease timing whose quarantine (a TTL) is far longer than
+// any wait of these tests: a voter that votes within a test's deadline did
+// not wait one out.
+func longTiming(cfg *Config) {
+	cfg.Timing = lease.Timing{TTL: time.Minute, Drift: 0.01, SafetyMargin: 10 * time.Millisecond, NoticeMargin: 2 * time.Second}
+}
+
+// A brand-new mesh of three voters with data directories, two of them
+// started: nobody ever voted, so both vote at once, without a quarantine
+// (a minute here), and grant.
+func TestDataDirNewMeshVotesWithoutQuarantine(t *testing.T) {
+	c := newClusterNoWait(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
+	c.nodes[2].Shutdown()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("two of three new voters with data directories: %v", err)
+	}
+	if st := c.nodes[1].Status(); st.VotingState != Live {
+		t.Fatalf("node1 is %v", st.VotingState)
+	}
+	l.Release(ctx)
+}
+
+// Without data directories, the same two voters cannot know that the third
+// never voted: they wait for it, and say so.
+func TestNoDataDirNewMeshSaysWhoItWaitsFor(t *testing.T) {
+	c := newClusterNoWait(t, clusterOpts{voters: 3, tweak: func(cfg *Config) {
+		cfg.Timing = lease.LocalTiming()
+	}})
+	c.nodes[2].Shutdown()
+	waitFor(t, 20*time.Second, "node0 to say it waits for node2", func() bool {
+		st := c.nodes[0].Status()
+		return st.VotingState == CatchingUp && strings.Contains(strings.Join(st.Waiting.CatchUp, ","), "node2")
+	})
+}
+
+// A voter that restarts with its data directory after it voted waits out
+// its quarantine: it may have accepted a lease that still runs.
+func TestDataDirRestartedVoterQuarantines(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	c.nodes[1].Shutdown()
+	m := c.addNode("node1", c.names[:3], longTiming)
+	if st := m.Status(); st.VotingState != Quarantined || st.Waiting.Quarantine < 30*time.Second {
+		t.Fatalf("restarted voter: %v, quarantine left %v; want quarantined for about a minute", st.VotingState, st.Waiting.Quarantine)
+	}
+}
+
+// Every node stops; node2's machine is gone for good, and node0 and node1
+// start again with their wall clocks a day back. They vote again on each
+// other's word (a majority), and tokens go on above every earlier one: the
+// voters' epoch marks, not the wall clock.
+func TestDataDirFullRestartWithVoterGone(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var last uint64
+	for i := 0; i < 3; i++ {
+		l, err := c.nodes[i].Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = l.Token()
+		l.Release(ctx)
+	}
+	founders := c.names[:3]
+	for _, m := range c.nodes {
+		m.Shutdown()
+	}
+	back := func(cfg *Config) {
+		cfg.WallClock = func() time.Time { return time.Now().Add(-24 * time.Hour) }
+	}
+	r0 := c.addNode("node0", founders, back)
+	r1 := c.addNode("node1", founders, back)
+	l, err := r1.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("after a full restart with a majority back: %v", err)
+	}
+	if l.Token() <= last {
+		t.Fatalf("token %d after the restart, %d before", l.Token(), last)
+	}
+	l.Release(ctx)
+	l2, err := r0.Acquire(ctx, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= last {
+		t.Fatalf("a key never granted before got token %d after the restart, not above %d", l2.Token(), last)
+	}
+}
+
+// A data directory that is corrupt, of another node or mesh, of a newer
+// format, or in use gives a clear error at New, and nothing in it changes.
+func TestDataDirRefusesWhatIsNotItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	voters := []string{"a", "b", "c"}
+	cfgFor := func(name string, voters []string) *Config {
+		cfg := DefaultLocalConfig()
+		cfg.Name, cfg.Voters, cfg.DataDir = name, voters, filepath.Join(dir, "a")
+		cfg.BindAddr = "127.0.0.1"
+		return cfg
+	}
+	// A state written by a node that voted (a mesh of one voter grants).
+	cfg := cfgFor("a", []string{"a"})
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := m.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	// In use: a second process (here a second mesh) on the same directory.
+	if m2, err := New(cfgFor("a", []string{"a"})); err == nil || !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), "in use") {
+		if m2 != nil {
+			m2.Shutdown()
+		}
+		t.Fatalf("a second mesh on a directory in use: %v", err)
+	}
+	m.Shutdown()
+	state := filepath.Join(dir, "a", stateFile)
+	good, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		file  []byte
+		cfg   *Config
+		wants string
+	}{
+		{"another mesh", good, cfgFor("a", voters), "belongs to the mesh founded by"},
+		{"another node", good, func() *Config { c := cfgFor("b", []string{"a"}); return c }(), "belongs to node"},
+		{"flipped byte", flip(good), cfgFor("a", []string{"a"}), "corrupt"},
+		{"truncated", good[:len(good)/2], cfgFor("a", []string{"a"}), "corrupt"},
+		{"newer format", bytes.Replace(good, []byte("lockmesh-state 1 "), []byte("lockmesh-state 2 "), 1), cfgFor("a", []string{"a"}), "newer lockmesh"},
+		{"not ours", []byte("hello\n{}"), cfgFor("a", []string{"a"}), "corrupt"},
+	}
+	for _, tc := range cases {
+		if err := os.WriteFile(state, tc.file, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m, err := New(tc.cfg)
+		if err == nil {
+			m.Shutdown()
+			t.Errorf("%s: New succeeded", tc.name)
+			continue
+		}
+		if !errors.Is(err, ErrDataDir) || !strings.Contains(err.Error(), tc.wants) {
+			t.Errorf("%s: %v; want ErrDataDir saying %q", tc.name, err, tc.wants)
+		}
+		if after, _ := os.ReadFile(state); !bytes.Equal(after, tc.file) {
+			t.Errorf("%s: the state file changed", tc.name)
+		}
+		t.Logf("%s: %v", tc.name, err)
+	}
+	// The good file again: the node starts.
+	if err := os.WriteFile(state, good, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err = New(cfgFor("a", []string{"a"}))
+	if err != nil {
+		t.Fatalf("the node's own state: %v", err)
+	}
+	m.Shutdown()
+}
+
+func flip(b []byte) []byte {
+	c := bytes.Clone(b)
+	i := bytes.Index(c, []byte(`"Voted": true`))
+	if i < 0 {
+		i = len(c) - 3
+	}
+	c[i+1] ^= 0x20 // "voted": a change the checksum sees, the JSON would not
+	return c
+}
+
+// Voter changes need a data directory on every voter: a node without one,
+// or a mesh with a voter without one, is refused with the reason, and the
+// configuration stays as it was.
+func TestVoterChangesNeedDataDirs(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, proposers: 1, tweak: func(cfg *Config) {
+		if cfg.Name != "node2" {
+			cfg.DataDir = filepath.Join(t.TempDir(), cfg.Name)
+		}
+	}})
+	c.waitVoting()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := c.nodes[0].AddVoter(ctx, "node3")
+	if !errors.Is(err, ErrBadVoterChange) || !strings.Contains(err.Error(), "node2") || !strings.Contains(err.Error(), "data directory") {
+		t.Fatalf("adding a voter while node2 has no data directory: %v", err)
+	}
+	t.Logf("refused: %v", err)
+	err = c.nodes[2].RemoveVoter(ctx, "node0")
+	if !errors.Is(err, ErrBadVoterChange) || !strings.Contains(err.Error(), "this node has none") {
+		t.Fatalf("a change asked of a node without a data directory: %v", err)
+	}
+	if v, _ := c.nodes[0].Voters(); v.Version != 1 {
+		t.Fatalf("configuration version %d after refused changes", v.Version)
+	}
+}
