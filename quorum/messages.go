@@ -71,6 +71,12 @@ type Op struct {
 	// grant starts one of the full TTL, so that a lease granted under the
 	// old configuration stays protected by a majority of the new one.
 	Migrate bool `codec:"mg,omitempty"`
+	// Observe, on a peek, asks the voter to push the key's changes to the
+	// sender (Notify.Changes) for this long: a change of holder, token,
+	// value or freedom, and the end of the lease's timer there. A later
+	// peek with Observe extends it, or with a moment ends it (see
+	// observe_voter.go).
+	Observe time.Duration `codec:"ob,omitempty"`
 }
 
 // Request is a batch of operations from one proposer to one acceptor. A
@@ -212,6 +218,20 @@ type Notify struct {
 	// promised (the releaser's next ballot, usually): a waiter that goes
 	// above it wins its first round.
 	Promised []uint64 `codec:"p,omitempty"`
+	// Changes are what the voter holds now for keys the addressee
+	// observes (Op.Observe): hints, like Keys, that an observer confirms
+	// by agreement of a majority (proposer_observe.go).
+	Changes []Change `codec:"ch,omitempty"`
+}
+
+// Change is a voter's report of one key to a node observing it: the
+// register's accepted ballot and value, and how long the lease's timer
+// still runs there (zero: none runs).
+type Change struct {
+	Key       string        `codec:"k"`
+	Accepted  Ballot        `codec:"a,omitempty"`
+	Value     Value         `codec:"v,omitempty"`
+	Remaining time.Duration `codec:"rem,omitempty"`
 }
 
 // CatchUpRequest asks a voter for its registers in one bucket of the key

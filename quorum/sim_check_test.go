@@ -64,6 +64,17 @@ type simChecker struct {
 	// round trips (I9, hand-over). maxHandover is the longest seen.
 	freedAt     map[string]time.Duration
 	maxHandover time.Duration
+
+	// What observers reported and how many of their last states were
+	// checked at rest (sim_observe_test.go), the semaphore's holders
+	// (sim_semaphore_test.go), and every value each holder wrote, by
+	// key|holder (sim_value_test.go).
+	obs      map[obsLife]*obsLog
+	obsFinal int
+	sem      semCheck
+	data     map[string]map[string]bool
+	// losses are the times a majority of voters lost their state.
+	losses []time.Duration
 }
 
 type grantRec struct {
@@ -334,6 +345,7 @@ func (k *simChecker) granted(c *simClient, res OpResult) *grantRec {
 	k.grants[g.key] = append(list, g)
 	c.n.holder[g.key] = c
 	k.handedOver(g.key)
+	k.semGranted(g)
 	return g
 }
 
@@ -561,6 +573,7 @@ func (k *simChecker) final() {
 			}
 		}
 	}
+	k.finalObserved()
 	// Operations still in flight at the end may have written too.
 	for _, n := range s.nodes {
 		if n.up {

@@ -78,6 +78,18 @@ type simConfig struct {
 	HealAt       time.Duration // faults stop here; zero: Duration*3/5
 	LivenessSlop time.Duration
 
+	// Observe, when set, makes every node observe every key of the run,
+	// registering again at this interval (sim_observe_test.go); Quiet
+	// stops the clients that long before the end, so that the observers'
+	// last states can be checked against a mesh at rest.
+	Observe time.Duration
+	Quiet   time.Duration
+	// Semaphore, when set, makes the clients take slots of a counting
+	// semaphore of this many holders instead of keys (sim_semaphore_test.go).
+	Semaphore int
+	// Updates makes holders write new values now and then (sim_value_test.go).
+	Updates bool
+
 	Bug string // a rule broken on purpose (sim_bugs_test.go)
 	// Script, when set, replaces the random clients: it schedules what
 	// the clients do; Delay, when set, chooses each message's delay
@@ -305,6 +317,7 @@ type simStats struct {
 	Changes, ChangesDone, ChangesFailed, ChangesRefused int
 	Adds, Removes, KeysMoved, Joins, ConfigsAdopted     int
 	Forgotten                                           int // registers voters dropped
+	Updates                                             int // values written by holders
 }
 
 func (st simStats) String() string {
@@ -418,6 +431,7 @@ func (s *sim) start(n *simNode) {
 		panic(err)
 	}
 	n.node.answered = func(req *Request, resp *Response) { s.answered(n, req, resp) }
+	s.startObserving(n)
 	n.voter = n.node.Membership().IsVoter(n.id)
 	s.tracef("%s starts, incarnation %d, clock rate %.4f, TTL %v", n.id, n.inc, n.clock.rate, n.ttl)
 	if len(n.clients) == 0 {
@@ -584,6 +598,9 @@ func (s *sim) flush(n *simNode) {
 		for _, res := range rd.Results {
 			s.check.result(n, res)
 		}
+		for _, ch := range rd.Changes {
+			s.check.observed(n, ch)
+		}
 		// As the mesh does: the slices back for the next Ready, so that
 		// every run checks that nothing sent still refers to them.
 		n.node.Advance(rd)
@@ -641,7 +658,7 @@ func cloneMessage(m Message) Message {
 	}
 	if r := m.Notify; r != nil {
 		c := *r
-		c.Keys, c.Promised = slices.Clone(r.Keys), slices.Clone(r.Promised)
+		c.Keys, c.Promised, c.Changes = slices.Clone(r.Keys), slices.Clone(r.Promised), slices.Clone(r.Changes)
 		m.Notify = &c
 	}
 	if r := m.CatchUp; r != nil {
@@ -932,6 +949,7 @@ func (s *sim) maybeMajorityLost(n *simNode) {
 	if lost >= s.m.Majority() && lost-1 < s.m.Majority() {
 		s.tracef("a majority of voters has lost its state")
 		s.check.history().MajorityLoss(int64(s.now))
+		s.check.losses = append(s.check.losses, s.now)
 	}
 }
 
