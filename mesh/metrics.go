@@ -46,6 +46,7 @@ var metricList = []metricInfo{
 	{"quorum.failures", counterKind, "Acquire, Release and Holder calls on this node that ended in ErrNoQuorum (too few voters answered)."},
 	{"send.queued", counterKind, "Ballot requests queued behind the calls in flight to a voter (they leave together)."},
 	{"send.unknown_peer", counterKind, "Ballot requests not sent because gossip has not shown the voter yet."},
+	{"send.value_to_old_voter", counterKind, "Writes of lease values not sent to a voter of an earlier protocol version, which would drop the value."},
 	{"messages.sent", counterKind, "Ballot messages sent."},
 	{"messages.received", counterKind, "Ballot messages received."},
 	{"bytes.sent", counterKind, "Bytes of ballot messages sent."},
@@ -55,6 +56,7 @@ var metricList = []metricInfo{
 	{"rpc.wrong_config", counterKind, "Ballot messages refused for naming another mesh's configuration."},
 	{"rpc.wrong_incarnation", counterKind, "Ballot messages or answers refused for coming from another process than the one bound to the sender's name."},
 	{"rpc.refused_incarnation", counterKind, "Ballot connections refused for a hello of another incarnation than the one bound to the name."},
+	{"rpc.refused_old_catch_up", counterKind, "Catch-ups refused to a voter of an earlier protocol version while leases carry values it would drop."},
 	{"rpc.refused_settings", counterKind, "Ballot connections refused, dialed or accepted, because the peer's settings would break exclusion: protocol versions that do not overlap, another Timing.Drift, or TTL bounds that do not overlap (SettingsMismatches)."},
 	{"voters.changes", counterKind, "Voter changes this node ran to completion."},
 	{"voters.change_failures", counterKind, "Voter changes this node started that failed (no majority, or the outcome is unknown)."},
@@ -92,6 +94,7 @@ var metricList = []metricInfo{
 	{"limit.idle", counterKind, "Connections closed after IdleTimeout of silence (normal)."},
 	{"limit.ops", counterKind, "Messages with more than MaxOpsPerMessage operations or keys."},
 	{"limit.key_length", counterKind, "Messages with a key longer than MaxKeyLength."},
+	{"limit.value", counterKind, "Messages with a lease value longer than MaxValueSize."},
 	{"limit.depth", counterKind, "Messages nested deeper than any message can be."},
 	{"limit.memory", counterKind, "Frames or replies refused for want of room in MaxBytesInFlight."},
 }

@@ -87,6 +87,10 @@ type Request struct {
 	From   NodeID `codec:"f"`
 	To     NodeID `codec:"to"`
 	Ops    []Op   `codec:"ops"`
+	// NoData, set by the driver, says that the sender's protocol cannot
+	// carry Value.Data: what it writes says nothing of data it never saw
+	// (see Node.refuseDataLoss). It does not travel.
+	NoData bool `codec:"-"`
 }
 
 // Status is an acceptor's verdict on a whole message.
@@ -246,6 +250,11 @@ type CatchUpRequest struct {
 	// List asks only for the keys that have an accepted value (a proposer
 	// moving every key into a new configuration), not the registers.
 	List bool `codec:"l,omitempty"`
+	// Holders, with List, asks for the held keys that start with Prefix,
+	// each with its accepted ballot, value and time left (a listing of
+	// the locks held: Node.ListHolders answers it).
+	Holders bool   `codec:"hd,omitempty"`
+	Prefix  string `codec:"px,omitempty"`
 }
 
 // CatchUpResponse carries one bucket of a voter's registers.

@@ -384,6 +384,7 @@ func (n *Node) answer(req *Request) *Response {
 	if n.acc == nil || n.quiet {
 		resp = NoAcceptorResponse(n.m, n.id, n.inc, req)
 	} else {
+		n.refuseDataLoss(req)
 		resp = n.acc.HandleRequest(req)
 		n.obs.answered(n.acc, req, resp)
 	}

@@ -33,3 +33,19 @@ func (n *Node) observersReady(rd *Ready) {
 		}
 	}
 }
+
+// refuseDataLoss keeps a node whose protocol cannot carry values
+// (Request.NoData) from writing a grant back without the value this voter
+// holds for it, as its read's write-back or its voter change's move would:
+// each such accept is refused (ReasonInvalid) rather than obeyed. Its own
+// grants, which carry no value, and every other write pass.
+func (n *Node) refuseDataLoss(req *Request) {
+	if !req.NoData || n.acc == nil {
+		return
+	}
+	for i := range req.Ops {
+		if op := &req.Ops[i]; op.Kind == OpAccept && op.Value.Data == "" && n.acc.holdsData(op.Key, op.Value) {
+			op.Kind = 0 // not an operation: refused as invalid
+		}
+	}
+}

@@ -243,3 +243,10 @@ func (h *obsHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return x
 }
+
+// holdsData reports whether the register of key holds v's grant with a
+// value.
+func (a *Acceptor) holdsData(key string, v Value) bool {
+	r := a.regs[key]
+	return r != nil && r.value.Data != "" && r.value.sameGrant(v)
+}

@@ -166,10 +166,14 @@ type OpResult struct {
 	// Remaining is the longest time an acceptor said the holder's lease
 	// still runs (Locked), on that acceptor's clock.
 	Remaining time.Duration
-	// Value is the register's value (ReadDone); Live says whether a lease
-	// of it was running at an acceptor of the read's majority.
+	// Value is the register's value (ReadDone), or the value granted
+	// (Granted); Live says whether a lease of it was running at an
+	// acceptor of the read's majority.
 	Value Value
 	Live  bool
+	// LeaseStart (Granted) is when the holder's clock started for the
+	// grant: the t0 its deadline counts from (Deadline − HolderTTL).
+	LeaseStart time.Duration
 	// Unknown: the operation gave up after some of its writes may have
 	// been accepted (NoQuorum, Cancelled).
 	Unknown bool

@@ -782,7 +782,7 @@ func (p *Proposer) accepted(x *op) {
 			return
 		}
 		p.installLease(ks, x.proposed.Epoch, deadline, now, x.opts)
-		res.Outcome, res.Deadline = Granted, deadline
+		res.Outcome, res.Deadline, res.LeaseStart, res.Value = Granted, deadline, t0, x.proposed
 		p.stats.Granted++
 		p.finish(x, res)
 	case kindRenew:
