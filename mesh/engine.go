@@ -174,6 +174,9 @@ func (m *Mesh) send(msg *quorum.Message) {
 		m.post(addr, msg.Request)
 	case quorum.MsgNotify:
 		m.incr("messages.sent", 1)
+		if len(msg.Notify.Changes) > 0 {
+			m.incr("observe.pushes", 1)
+		}
 		_ = m.tr.Send(string(to), addr, encodeNotify(msg.Notify))
 	case quorum.MsgPush:
 		if body, err := encode(kindPush, msg.Push); err == nil {

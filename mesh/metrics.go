@@ -46,6 +46,7 @@ var metricList = []metricInfo{
 	{"quorum.failures", counterKind, "Acquire, Release and Holder calls on this node that ended in ErrNoQuorum (too few voters answered)."},
 	{"send.queued", counterKind, "Ballot requests queued behind the calls in flight to a voter (they leave together)."},
 	{"send.unknown_peer", counterKind, "Ballot requests not sent because gossip has not shown the voter yet."},
+	{"observe.pushes", counterKind, "Messages this voter sent to nodes observing keys (Watch, Observe), each carrying the changes of keys one node observes."},
 	{"send.value_to_old_voter", counterKind, "Writes of lease values not sent to a voter of an earlier protocol version, which would drop the value."},
 	{"messages.sent", counterKind, "Ballot messages sent."},
 	{"messages.received", counterKind, "Ballot messages received."},

@@ -147,3 +147,68 @@ func TestWatchCoalesces(t *testing.T) {
 		t.Errorf("two watches of one key observe %d keys", observing)
 	}
 }
+
+// What watching costs the voters: with watchers on every non-voting node,
+// each change of the key (a grant, a release) costs one push per voter per
+// watching node, whatever the number of watches there; renewals cost
+// nothing. The figures are logged.
+func TestWatchCostPerChange(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, proposers: 2})
+	c.waitVoting()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const rounds = 5
+	changes := 2 * rounds
+	var streams []<-chan Holder
+	run := func() {
+		for i := range rounds {
+			l, err := c.nodes[i%3].Acquire(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range streams {
+				next(t, s, 5*time.Second, "the grant", func(h Holder) bool { return h.Held && h.Token == l.Token() })
+			}
+			l.Release(ctx)
+			for _, s := range streams {
+				next(t, s, 5*time.Second, "the release", func(h Holder) bool { return !h.Held })
+			}
+		}
+	}
+	sent := func() (n uint64) {
+		for _, v := range c.nodes[:3] {
+			n += counter(v, "messages.sent")
+		}
+		return n
+	}
+	s0 := sent()
+	run() // without watches: what the changes cost by themselves
+	unwatched := float64(sent()-s0) / float64(changes)
+
+	watching := c.nodes[3:]
+	for _, m := range watching {
+		for range 3 { // three watches per node share one observation
+			s, err := m.Watch(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			next(t, s, 5*time.Second, "the first state", func(Holder) bool { return true })
+			streams = append(streams, s)
+		}
+	}
+	pushes := func() (n uint64) {
+		for _, v := range c.nodes[:3] {
+			n += counter(v, "observe.pushes")
+		}
+		return n
+	}
+	p0, s1 := pushes(), sent()
+	run()
+	watched := float64(sent()-s1) / float64(changes)
+	perChange := float64(pushes()-p0) / float64(changes)
+	if bound := float64(3 * len(watching)); perChange > bound {
+		t.Errorf("%.1f pushes per change; one per voter per watching node is %v", perChange, bound)
+	}
+	t.Logf("figures: %d changes watched by %d watches on %d nodes: %.1f pushes per change from the 3 voters (%.1f per voter per watching node); the voters sent %.1f messages per change unwatched, %.1f watched",
+		changes, len(streams), len(watching), perChange, perChange/float64(3*len(watching)), unwatched, watched)
+}
