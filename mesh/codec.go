@@ -30,6 +30,7 @@ var (
 	errTooManyOps = wire.ErrTooManyOps
 	errKeyTooLong = wire.ErrKeyTooLong
 	errTooDeep    = wire.ErrTooDeep
+	errValueLarge = wire.ErrValueTooLarge
 )
 
 // limits bound what one message may carry; the decoders check against

@@ -103,6 +103,12 @@ type Config struct {
 	// more is refused (limit.ops). Use the same value on every node. Zero
 	// means 16384.
 	MaxOpsPerMessage int
+	// MaxValueSize bounds a lease's value (WithValue, Lease.SetValue,
+	// Campaign), in bytes, here and in every message received (a longer
+	// one is refused, counted in limit.value). Every renewal carries the
+	// value to every voter, so keep it small: an address, an id. Use the
+	// same value on every node. Range 1 to 65536; zero means 1024.
+	MaxValueSize int
 
 	// TLS, when set, secures the ballot transport (listen and dial) with
 	// this configuration as given, and TLSCertFile, TLSKeyFile and
@@ -222,6 +228,9 @@ type Config struct {
 	WallClock func() time.Time
 
 	local bool // DefaultLocalConfig: smaller defaults
+	// maxVersion, when set (tests only), makes the node speak protocol
+	// versions up to it only, as a node of an earlier release would.
+	maxVersion int
 }
 
 // DefaultConfig returns settings for a mesh spread over a LAN: gossip on
@@ -317,6 +326,9 @@ func (c *Config) Validate() error {
 	if c.MaxKeyLength < 0 || c.MaxOpsPerMessage < 0 || c.MaxFrameSize < 0 {
 		return fmt.Errorf("%w: negative limit", ErrInvalidConfig)
 	}
+	if c.MaxValueSize < 0 || c.MaxValueSize > maxValueSize {
+		return fmt.Errorf("%w: MaxValueSize %d outside [1, %d] (0: %d)", ErrInvalidConfig, c.MaxValueSize, maxValueSize, wire.DefaultMaxValueLen)
+	}
 	return c.validateSecurity()
 }
 
@@ -374,6 +386,26 @@ func (c *Config) rejoinInterval() time.Duration {
 	return 30 * time.Second
 }
 
+// maxValueSize bounds Config.MaxValueSize: every renewal carries the
+// value, to every voter.
+const maxValueSize = 64 << 10
+
+func (c *Config) maxValueSize() int {
+	if c.MaxValueSize > 0 {
+		return c.MaxValueSize
+	}
+	return wire.DefaultMaxValueLen
+}
+
+// maxFrameSize is the ballot transport's frame limit (MaxFrameSize, or
+// the transport's default).
+func (c *Config) maxFrameSize() int {
+	if c.MaxFrameSize > 0 {
+		return c.MaxFrameSize
+	}
+	return transport.DefaultMaxFrameSize
+}
+
 func (c *Config) maxTTL() time.Duration {
 	if c.MaxTTL != 0 {
 		return c.MaxTTL
@@ -382,7 +414,8 @@ func (c *Config) maxTTL() time.Duration {
 }
 
 func (c *Config) limits() limits {
-	l := limits{wire.Limits{MaxOps: c.MaxOpsPerMessage, MaxKeyLen: c.MaxKeyLength, MaxKeys: 1 << 16, MaxEntries: 1 << 16}}
+	l := limits{wire.Limits{MaxOps: c.MaxOpsPerMessage, MaxKeyLen: c.MaxKeyLength, MaxKeys: 1 << 16, MaxEntries: 1 << 16,
+		MaxValueLen: c.maxValueSize()}}
 	if l.MaxOps == 0 {
 		l.MaxOps = 16384
 	}

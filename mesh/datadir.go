@@ -23,8 +23,8 @@ import (
 // vote, at a voter change, and once per block of about a million tokens or
 // ballots — never once per lock. Lock registers stay in memory.
 //
-// One file, lockmesh.state, replaced whole on every save: written to
-// lockmesh.state.tmp, synced, renamed over the old one, and the directory
+// One file, lockmesh-state, replaced whole on every save: written to
+// lockmesh-state.tmp, synced, renamed over the old one, and the directory
 // synced, so that a crash at any moment leaves the old state or the new,
 // never a mix. (An embedded database such as bbolt would do the same with
 // far more machinery: there is one record, and it is small.) The file is
@@ -34,7 +34,7 @@ import (
 // runs, keeps two processes from sharing the directory.
 
 const (
-	stateFile = "lockmesh.state"
+	stateFile = "lockmesh-state"
 	lockFile  = "LOCK"
 	// stateFormat is the version of the file's layout this build writes;
 	// it reads no other.

@@ -97,7 +97,7 @@ func TestDataDirFullRestartWithVoterGone(t *testing.T) {
 	r1 := c.addNode("node1", founders, back)
 	l, err := r1.Acquire(ctx, "k")
 	if err != nil {
-		t.Fatalf("after a full restart with a majority back: %v", err)
+		t.Fatalf("after a full restart with a majority back: %v\n%+v\n%+v", err, r0.Status(), r1.Status())
 	}
 	if l.Token() <= last {
 		t.Fatalf("token %d after the restart, %d before", l.Token(), last)

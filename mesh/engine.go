@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/quorum"
 	"github.com/lockmesh/lockmesh/transport"
 )
@@ -140,6 +141,9 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 		for _, res := range rd.Results {
 			m.result(res)
 		}
+		for i := range rd.Changes {
+			m.keyChanged(&rd.Changes[i])
+		}
 		for i := range rd.Messages {
 			m.send(&rd.Messages[i])
 		}
@@ -170,6 +174,9 @@ func (m *Mesh) send(msg *quorum.Message) {
 		m.post(addr, msg.Request)
 	case quorum.MsgNotify:
 		m.incr("messages.sent", 1)
+		if len(msg.Notify.Changes) > 0 {
+			m.incr("observe.pushes", 1)
+		}
 		_ = m.tr.Send(string(to), addr, encodeNotify(msg.Notify))
 	case quorum.MsgPush:
 		if body, err := encode(kindPush, msg.Push); err == nil {
@@ -242,10 +249,11 @@ func (m *Mesh) catchUpCall(addr string, to quorum.NodeID, body []byte) {
 // inbound is a request from the network at the node, and the answer the
 // driver leaves for its caller (ask).
 type inbound struct {
-	msg    quorum.Message
-	body   []byte // the answer, encoded
-	err    error
-	config uint64 // the answer's configuration, when it is not the request's
+	msg     quorum.Message
+	body    []byte // the answer, encoded
+	err     error
+	config  uint64 // the answer's configuration, when it is not the request's
+	version int    // the protocol version to answer in
 }
 
 // inbounds keeps inbound records for reuse: one per request from the
@@ -278,12 +286,16 @@ func (m *Mesh) answered(msg *quorum.Message) {
 	delete(m.inbound, msg.Ref)
 	switch msg.Kind {
 	case quorum.MsgResponse:
-		in.body = encodeResponse(msg.Response)
+		in.body = wire.EncodeResponseFor(msg.Response, in.version)
 		if msg.Response.Status == quorum.StatusWrongConfig {
 			in.config = msg.Response.Config
 		}
 		quorum.RecycleResults(msg.Response.Results)
 	case quorum.MsgCatchUpReply:
+		if in.version < wire.Version3 && carriesValues(msg.CatchUpReply) {
+			in.err = m.refuseOldCatchUp(msg.CatchUpReply.To)
+			return
+		}
 		in.body, in.err = encode(kindCatchUpReply, msg.CatchUpReply)
 		if msg.CatchUpReply.Status == quorum.StatusWrongConfig {
 			in.config = msg.CatchUpReply.Config
@@ -348,6 +360,8 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	}
 	theirs := req.Config
 	in := inbounds.Get().(*inbound)
+	in.version = m.peerVersion(from)
+	req.NoData = in.version < wire.Version3 // it writes back what it read without values
 	in.msg = quorum.Message{Kind: quorum.MsgRequest, Request: req}
 	err = m.ask(in)
 	body, config := in.body, in.config
@@ -370,8 +384,11 @@ func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
 	if string(req.From) != from {
 		return m.refuse(from, fmt.Errorf("%w: sent by %s in the name of %s", errMalformed, from, req.From))
 	}
+	if req.List && req.Holders {
+		return m.answerListing(req) // locks.go
+	}
 	theirs := req.Config
-	in := &inbound{msg: quorum.Message{Kind: quorum.MsgCatchUp, CatchUp: req}}
+	in := &inbound{msg: quorum.Message{Kind: quorum.MsgCatchUp, CatchUp: req}, version: m.peerVersion(from)}
 	if err := m.ask(in); err != nil {
 		return nil, err
 	}

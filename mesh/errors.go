@@ -52,6 +52,9 @@ type LockedError struct {
 	// ThisNode: the holder is this node, through another Lease (an
 	// acquire of a key the node already holds; see Acquire).
 	ThisNode bool
+	// Value is the holder's value (see WithValue), when the voters
+	// reported it.
+	Value []byte
 }
 
 func (e *LockedError) Error() string {
@@ -70,3 +73,91 @@ func (e *LockedError) Error() string {
 func (e *LockedError) Is(target error) bool {
 	return target == ErrLocked || (e.ThisNode && target == ErrAlreadyHeld)
 }
+
+var (
+	// ErrValueTooLarge: a lease value over Config.MaxValueSize.
+	ErrValueTooLarge = errors.New("mesh: lease value too large")
+	// ErrUpgradeRequired: lease values, watches, elections, semaphores and
+	// listings need protocol version 3, and a node of the mesh (named in
+	// the error) speaks an earlier one: finish the rolling upgrade first.
+	ErrUpgradeRequired = errors.New("mesh: a node speaks an earlier protocol version")
+	// ErrNoLeader: the election has no leader (Leader).
+	ErrNoLeader = errors.New("mesh: no leader")
+	// ErrSemaphoreMismatch: a semaphore's slots are held under another
+	// number of holders than the caller's; the error is a
+	// *SemaphoreError.
+	ErrSemaphoreMismatch = errors.New("mesh: semaphore size mismatch")
+)
+
+// CancelledError is what an Acquire (or TryAcquire, Campaign,
+// AcquireSemaphore) returns when its ctx ends first: why it was still
+// waiting, and whether a grant may have happened as it ended. Such a grant
+// is never handed to the caller: it is given back. errors.Is(err,
+// context.DeadlineExceeded) (or Canceled) holds, and errors.Is(err,
+// ErrLocked) or ErrNoQuorum when that is what it waited for.
+type CancelledError struct {
+	Key string
+	// Err is ctx's error.
+	Err error
+	// Waiting is what the acquire waited for when ctx ended: a
+	// *LockedError naming the holder, ErrNoQuorum, or nil (it had not
+	// tried yet).
+	Waiting error
+	// GaveBack: the key was granted to this node as ctx ended; the grant
+	// was released at once, and no Lease stands for it.
+	GaveBack bool
+	// Unknown: a grant may have been written as ctx ended, its outcome not
+	// learned; if it was, the node frees it in the background (it takes
+	// no longer than the lease's TTL in any case). No Lease stands for it.
+	Unknown bool
+}
+
+// MayHaveBeenGranted reports whether the key may have been granted to
+// this node, for a moment, as the acquire ended (and given back since).
+func (e *CancelledError) MayHaveBeenGranted() bool { return e.GaveBack || e.Unknown }
+
+func (e *CancelledError) Error() string {
+	msg := fmt.Sprintf("mesh: acquiring %s: %v", quoteKey(e.Key), e.Err)
+	if e.Waiting != nil {
+		msg += fmt.Sprintf(" (waiting: %v)", e.Waiting)
+	}
+	switch {
+	case e.GaveBack:
+		msg += "; it was granted as the wait ended, and given back"
+	case e.Unknown:
+		msg += "; a grant may have been written as the wait ended, and is being given back"
+	}
+	return msg
+}
+
+// Unwrap makes errors.Is and errors.As see ctx's error and what the
+// acquire waited for.
+func (e *CancelledError) Unwrap() []error {
+	if e.Waiting == nil {
+		return []error{e.Err}
+	}
+	return []error{e.Err, e.Waiting}
+}
+
+// SemaphoreError says that a semaphore's slot is held under another size.
+// errors.Is(err, ErrSemaphoreMismatch) is true.
+type SemaphoreError struct {
+	Name string
+	// N is the caller's size, Theirs the size the slot's holder used (0:
+	// the slot is held by a plain lock, not by a semaphore).
+	N, Theirs int
+	// Slot is the key of the slot, Holder the node holding it.
+	Slot, Holder string
+}
+
+func (e *SemaphoreError) Error() string {
+	if e.Theirs == 0 {
+		return fmt.Sprintf("mesh: semaphore %s: slot %s is held by a plain lock of %s, not by a semaphore (its key is the slot's): use another name",
+			quoteKey(e.Name), quoteKey(e.Slot), e.Holder)
+	}
+	return fmt.Sprintf("mesh: semaphore %s is used with %d holders here and %d by %s (slot %s): every node must give it the same size",
+		quoteKey(e.Name), e.N, e.Theirs, e.Holder, quoteKey(e.Slot))
+}
+
+// Is makes errors.Is(err, ErrSemaphoreMismatch) true.
+func (e *SemaphoreError) Is(target error) bool { return target == ErrSemaphoreMismatch }

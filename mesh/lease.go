@@ -17,12 +17,19 @@ import (
 // shared resource should carry Token so that the resource can refuse a
 // holder that lost its lease without noticing (see lease.Fence).
 type Lease struct {
-	m     *Mesh
-	key   string
-	token uint64
+	m       *Mesh
+	key     string
+	token   uint64
+	granted time.Time
+	ttl     time.Duration
+	sem     *quorum.Semaphore // the semaphore whose slot this is (AcquireSemaphore)
 
 	mu       sync.Mutex
 	deadline time.Time
+	renewed  chan struct{} // closed when the deadline next moves, or the lease ends
+	value    string        // as the holder last wrote it
+	valueSeq uint64        // SetValue calls begun; applied is the latest that took effect
+	applied  uint64
 	err      error
 	done     chan struct{}
 	ctx      context.Context
@@ -30,9 +37,10 @@ type Lease struct {
 	released bool
 }
 
-func newLease(m *Mesh, key string, token uint64, deadline time.Time) *Lease {
+func newLease(m *Mesh, key string, token uint64, granted, deadline time.Time, value string) *Lease {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lease{m: m, key: key, token: token, deadline: deadline, done: make(chan struct{}), ctx: ctx, cancel: cancel}
+	return &Lease{m: m, key: key, token: token, granted: granted, deadline: deadline, value: value,
+		renewed: make(chan struct{}), done: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // Key is the lock's key.
@@ -49,6 +57,62 @@ func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
+}
+
+// TTL is the lease's TTL (WithTTL, or Config.Timing.TTL).
+func (l *Lease) TTL() time.Duration { return l.ttl }
+
+// Granted is when the holder's clock started for this grant: this node
+// read its clock just before it asked the voters, and the first Deadline
+// was Granted plus the holder's share of the TTL. Every interval during
+// which this holder may act starts at or after it.
+func (l *Lease) Granted() time.Time { return l.granted }
+
+// Renewed returns a channel that is closed when Deadline next moves (a
+// renewal, or a SetValue, which renews too) or the lease ends. Take the
+// channel before reading Deadline, then wait on it, to see every change:
+//
+//	for {
+//		renewed := l.Renewed()
+//		log.Print("held until ", l.Deadline())
+//		select {
+//		case <-renewed:
+//		case <-l.Done():
+//			return
+//		}
+//	}
+func (l *Lease) Renewed() <-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed
+}
+
+// moved closes the channel Renewed handed out and makes the next (l.mu
+// held).
+func (l *Lease) moved() {
+	close(l.renewed)
+	l.renewed = make(chan struct{})
+}
+
+// Value is the lease's value (WithValue, SetValue), as the voters last
+// accepted it; nil when it has none.
+func (l *Lease) Value() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.userValue(l.value)
+}
+
+// userValue is v without a semaphore slot's header.
+func (l *Lease) userValue(v string) []byte {
+	if l.sem != nil {
+		if _, data, ok := quorum.ParseSlotValue(v); ok {
+			v = data
+		}
+	}
+	if v == "" {
+		return nil
+	}
+	return []byte(v)
 }
 
 // Done is closed when the lease ends: lost, released, or the mesh closed.
@@ -74,6 +138,7 @@ func (l *Lease) end(err error) bool {
 	}
 	l.err = err
 	close(l.done)
+	l.moved()
 	l.cancel(err)
 	return true
 }
@@ -85,13 +150,19 @@ func (l *Lease) end(err error) bool {
 // taken by someone else after this lease expired), ErrNoQuorum if the
 // voters could not be reached (the grant then frees itself when it
 // expires; the node keeps trying in the background), or ctx's error.
-// Calling it again, or after the lease was lost, returns nil.
+// Calling it again returns nil. Called on a lease that had already ended
+// otherwise, it says how: an error wrapping ErrLeaseLost (as Err does),
+// or ErrClosed.
 func (l *Lease) Release(ctx context.Context) error {
 	m := l.m
 	l.mu.Lock()
-	if l.released || l.err != nil {
+	if l.released {
 		l.mu.Unlock()
 		return nil
+	}
+	if err := l.err; err != nil {
+		l.mu.Unlock()
+		return err
 	}
 	l.released = true
 	l.deadline = time.Now()
@@ -101,21 +172,25 @@ func (l *Lease) Release(ctx context.Context) error {
 	m.drive(func(n *quorum.Node) {
 		// Ending the lease under nodeMu keeps a renewal result from
 		// racing with it.
-		l.end(ErrReleased)
+		if !l.end(ErrReleased) {
+			startErr = l.Err() // lost (or closed) a moment ago
+			return
+		}
 		if m.leases[l.key] == l {
 			delete(m.leases, l.key)
 		}
 		m.gaugeLeases()
 		id, err := n.Release(l.key, l.token)
 		if err != nil {
-			startErr = err // lost meanwhile: nothing to free
+			// Lost meanwhile: nothing to free.
+			startErr = fmt.Errorf("releasing %q (token %d): %w", l.key, l.token, ErrLeaseLost)
 			return
 		}
 		m.waiters[id] = ch
 	})
 	if startErr != nil {
 		outcomeChans.Put(ch)
-		return nil
+		return startErr
 	}
 	select {
 	case o := <-ch:
@@ -141,6 +216,7 @@ type AcquireOption func(*acquireOptions) error
 type acquireOptions struct {
 	ttl       time.Duration
 	behindOwn bool // WaitBehindOwnLease
+	value     string
 }
 
 // WithTTL asks for a lease of the given TTL instead of Config.Timing.TTL:
@@ -166,6 +242,20 @@ func WaitBehindOwnLease() AcquireOption {
 	}
 }
 
+// WithValue publishes value with the grant, at most Config.MaxValueSize
+// bytes (ErrValueTooLarge otherwise): Holder, Watch, Locks and Leader
+// report it while the lease is held, and a TryAcquire that finds the key
+// held names it (LockedError.Value). Lease.SetValue changes it; a new
+// grant starts with its own. The value travels with every renewal, to every
+// voter: keep it small. It needs every node on protocol version 3
+// (ErrUpgradeRequired otherwise).
+func WithValue(value []byte) AcquireOption {
+	return func(o *acquireOptions) error {
+		o.value = string(value)
+		return nil
+	}
+}
+
 // Holder describes who holds a key, as a majority of the voters saw it.
 type Holder struct {
 	Key string
@@ -173,17 +263,26 @@ type Holder struct {
 	// last lease expired).
 	Held bool
 	// Node and Token name the holder and its grant, or the last grant
-	// when the key is free (Token 0: never granted).
+	// when the key is free (Token 0: never granted, or forgotten).
 	Node  string
 	Token uint64
+	// Value is the holder's value (WithValue, Lease.SetValue); nil when
+	// the key is free.
+	Value []byte `json:",omitempty"`
+	// TimeLeft is about how long the lease had left when the voters last
+	// said (Watch, Locks; zero from Holder and for a free key): the
+	// longest time a voter's timer had to run, on that voter's clock.
+	TimeLeft time.Duration `json:",omitempty"`
 }
 
 // Acquire takes key, waiting while another lease holds it, until ctx ends.
 // Waiters are woken when the key is released or its holder's lease expires,
-// in turn (no polling). It returns the lease, or, when ctx ends first, ctx's
-// error wrapped with why it was still waiting: ErrNoQuorum (no majority
-// answered) or a *LockedError (errors.Is ErrLocked: the key was held). It
-// also returns ErrInvalidKey, ErrInvalidOption, ErrNoVoters, ErrClosed.
+// in turn (no polling). It returns the lease, or, when ctx ends first, a
+// *CancelledError: ctx's error, what the acquire was still waiting for
+// (ErrNoQuorum: no majority answered; a *LockedError: the key was held),
+// and whether a grant happened as ctx ended and was given back. It also
+// returns ErrInvalidKey, ErrInvalidOption, ErrValueTooLarge, ErrNoVoters,
+// ErrClosed.
 //
 // If this node already holds key through another Lease, Acquire (and
 // TryAcquire) return at once with a *LockedError naming this node
@@ -215,9 +314,14 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	if err := m.waitReady(ctx); err != nil {
 		return nil, err
 	}
+	if o.value != "" {
+		if err := m.valuesAllowed(); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	qo := m.quorumOptions(o)
-	qo.Wait = wait
+	qo.Wait, qo.Data = wait, o.value
 	switch d, ok := ctx.Deadline(); {
 	case !wait:
 		// A try gives up after a few rounds, sooner if ctx says so.
@@ -259,7 +363,7 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		l, err := m.acquired(key, out, start)
 		if err != nil && wait && (out.res.Outcome == quorum.Locked || out.res.Outcome == quorum.NoQuorum) {
 			// A waiting acquire ends this way only at its deadline, ctx's.
-			err = fmt.Errorf("%w (%w)", err, context.DeadlineExceeded)
+			err = &CancelledError{Key: key, Err: context.DeadlineExceeded, Waiting: err, Unknown: out.res.Unknown}
 		}
 		return l, err
 	case <-ctx.Done():
@@ -272,27 +376,39 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	select {
 	case out := <-ch:
 		outcomeChans.Put(ch)
-		if out.lease != nil {
-			go out.lease.Release(context.Background())
-		}
-		switch out.res.Outcome {
-		case quorum.NoQuorum, quorum.Locked:
-			// It ended on its own, at the deadline it shares with ctx.
-			_, err := m.acquired(key, out, start)
-			return nil, fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-		switch out.res.Why {
-		case quorum.NoQuorum:
-			m.incr("quorum.failures", 1)
-			return nil, fmt.Errorf("acquiring %q: %w (%w)", key, ErrNoQuorum, ctx.Err())
-		case quorum.Locked:
-			return nil, fmt.Errorf("acquiring %q: %w, %w", key, ctx.Err(),
-				&LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch})
-		}
+		return nil, m.cancelled(key, out, start, ctx.Err())
 	case <-m.closed:
 		return nil, ErrClosed
 	}
-	return nil, ctx.Err()
+}
+
+// cancelled is the error of an acquire whose ctx ended, from the outcome
+// its cancellation led to.
+func (m *Mesh) cancelled(key string, out outcome, start time.Time, ctxErr error) error {
+	e := &CancelledError{Key: key, Err: ctxErr, Unknown: out.res.Unknown}
+	if out.err != nil {
+		return out.err
+	}
+	if out.lease != nil {
+		// Granted as ctx ended: nobody will use it.
+		e.GaveBack, e.Unknown = true, false
+		go out.lease.Release(context.Background())
+		return e
+	}
+	switch out.res.Outcome {
+	case quorum.NoQuorum, quorum.Locked:
+		// It ended on its own, at the deadline it shares with ctx.
+		_, e.Waiting = m.acquired(key, out, start)
+		return e
+	}
+	switch out.res.Why {
+	case quorum.NoQuorum:
+		m.incr("quorum.failures", 1)
+		e.Waiting = fmt.Errorf("acquiring %q: %w", key, ErrNoQuorum)
+	case quorum.Locked:
+		e.Waiting = &LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch}
+	}
+	return e
 }
 
 func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error) {
@@ -304,7 +420,7 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 		m.measure("acquire", start)
 		return out.lease, nil
 	case quorum.Locked:
-		return nil, &LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch}
+		return nil, &LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch, Value: bytesOf(out.res.Data)}
 	case quorum.NoQuorum:
 		m.incr("quorum.failures", 1)
 		return nil, fmt.Errorf("acquiring %q: %w", key, ErrNoQuorum)
@@ -315,6 +431,14 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 		return nil, context.Canceled
 	}
 	return nil, fmt.Errorf("mesh: acquiring %q: unexpected outcome %v", key, out.res.Outcome)
+}
+
+// bytesOf is s as a fresh slice, nil when empty.
+func bytesOf(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
 }
 
 // Holder reads who holds key, linearizably: a majority of the voters
@@ -354,8 +478,7 @@ func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 			m.incr("quorum.failures", 1)
 			return Holder{}, fmt.Errorf("reading %q: %w", key, ErrNoQuorum)
 		}
-		v := out.res.Value
-		return Holder{Key: key, Held: v.Held && out.res.Live, Node: string(v.Holder), Token: v.Epoch}, nil
+		return holderOf(key, out.res.Value, out.res.Live, 0), nil
 	case <-ctx.Done():
 		// The read runs until the same deadline: no majority answered
 		// in time.
@@ -364,6 +487,15 @@ func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 	case <-m.closed:
 		return Holder{}, ErrClosed
 	}
+}
+
+// holderOf describes a register's value: held when a lease of it runs.
+func holderOf(key string, v quorum.Value, live bool, left time.Duration) Holder {
+	h := Holder{Key: key, Held: v.Held && live, Node: string(v.Holder), Token: v.Epoch}
+	if h.Held {
+		h.Value, h.TimeLeft = bytesOf(v.Data), left
+	}
+	return h
 }
 
 func (m *Mesh) waitReady(ctx context.Context) error {
@@ -394,7 +526,18 @@ func (m *Mesh) options(opts []AcquireOption) (acquireOptions, error) {
 	if o.ttl < 3*m.cfg.roundTimeout() || o.ttl > m.cfg.maxTTL() {
 		return o, fmt.Errorf("%w: TTL %v outside [%v, %v]", ErrInvalidOption, o.ttl, 3*m.cfg.roundTimeout(), m.cfg.maxTTL())
 	}
+	if err := m.checkValue(o.value); err != nil {
+		return o, err
+	}
 	return o, nil
+}
+
+// checkValue refuses a value over MaxValueSize.
+func (m *Mesh) checkValue(v string) error {
+	if n, limit := len(v), m.cfg.maxValueSize(); n > limit {
+		return fmt.Errorf("%w: %d bytes, and Config.MaxValueSize is %d", ErrValueTooLarge, n, limit)
+	}
+	return nil
 }
 
 // quorumOptions turns a TTL into the protocol's durations, scaling the
@@ -435,7 +578,8 @@ func (m *Mesh) result(res quorum.OpResult) {
 	delete(m.waiters, res.ID)
 	out := outcome{res: res}
 	if res.Outcome == quorum.Granted {
-		l := newLease(m, res.Key, res.Epoch, m.clock.at(res.Deadline))
+		l := newLease(m, res.Key, res.Epoch, m.clock.at(res.LeaseStart), m.clock.at(res.Deadline), res.Value.Data)
+		l.ttl = res.Value.TTL
 		m.leases[res.Key] = l
 		out.lease = l
 		m.incr("leases.granted", 1)
@@ -463,6 +607,7 @@ func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) {
 		// (A renewal that lands while Release runs must not move the
 		// deadline past the release.)
 		l.deadline = m.clock.at(ev.Deadline)
+		l.moved()
 	}
 	l.mu.Unlock()
 	m.incr("leases.renewed", 1)

@@ -29,6 +29,7 @@ import (
 //	limit.idle         a connection idle for IdleTimeout (normal; debug log)
 //	limit.ops          more than MaxOpsPerMessage operations or keys
 //	limit.key_length   a key longer than MaxKeyLength
+//	limit.value        a lease value longer than MaxValueSize
 //	limit.depth        msgpack nested deeper than a message can be
 //
 // Refused connections count transport.refused and one of
@@ -87,6 +88,8 @@ func (m *Mesh) countLimit(err error) string {
 		metric = "limit.key_length"
 	case errors.Is(err, errTooDeep):
 		metric = "limit.depth"
+	case errors.Is(err, errValueLarge):
+		metric = "limit.value"
 	default:
 		return ""
 	}

@@ -91,6 +91,7 @@ type Mesh struct {
 	observe func(quorum.OpResult)
 
 	outbox outboxes // requests waiting for a free call, per voter
+	watch  watches  // Watch's subscribers by key (watch.go; nodeMu)
 
 	kick      chan struct{}
 	armed     time.Duration // when the timer loop will next tick (nodeMu)

@@ -116,23 +116,29 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 }
 
 // sendParts sends req to its voter, in several messages at once when it
-// has more operations than a message may carry, and steps each answer.
-// req's operations are given back once encoded. A voter of protocol
-// version 1 is sent only what it knows (see withoutUnwatch).
+// has more operations than a message may carry (by count, or by what the
+// message and its answer may weigh: partSize), and steps each answer.
+// req's operations are given back once encoded. A voter of an earlier
+// protocol version is sent only what it knows (see withoutUnwatch and
+// withoutValues).
 func (m *Mesh) sendParts(addr string, req *quorum.Request) {
-	if m.peerVersion(string(req.To)) < wire.Version2 {
+	version := m.peerVersion(string(req.To))
+	if version < wire.Version2 {
 		req.Ops = withoutUnwatch(req.Ops)
-		if len(req.Ops) == 0 {
-			quorum.RecycleOps(req.Ops)
-			return
-		}
+	}
+	if version < wire.Version3 {
+		req.Ops = m.withoutValues(req.To, req.Ops)
+	}
+	if len(req.Ops) == 0 {
+		quorum.RecycleOps(req.Ops)
+		return
 	}
 	var bodies [][]byte
 	for ops := req.Ops; len(ops) > 0; {
 		part := *req
-		n := min(len(ops), m.lim.MaxOps)
+		n := m.partSize(ops)
 		part.Ops, ops = ops[:n:n], ops[n:]
-		body := encodeRequest(&part)
+		body := wire.EncodeRequestFor(&part, version)
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
 		bodies = append(bodies, body)
@@ -147,6 +153,62 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 		wg.Go(func() { m.call(addr, req.To, body) })
 	}
 	wg.Wait()
+}
+
+// partSize is how many of ops, from the first, go in one message: at most
+// MaxOpsPerMessage, and no more than keep the message, and its answer, in
+// half a frame. An answer to a prepare or a peek may carry a value of up to
+// MaxValueSize whatever the request weighs.
+func (m *Mesh) partSize(ops []quorum.Op) int {
+	budget := m.cfg.maxFrameSize() / 2
+	size, n := 0, 0
+	for n < len(ops) && n < m.lim.MaxOps {
+		op := &ops[n]
+		// The operation: numbers, its key, its value, and the names in its
+		// ballots and value. Its result: numbers and up to three ballots'
+		// names, and for a prepare or a peek the value held.
+		w := 64 + len(op.Key) + len(op.Value.Data) + len(op.Ballot.Node) + len(op.Next.Node) +
+			len(op.Value.Holder) + len(op.Value.Lease.Node) + resultOverhead
+		if op.Kind == quorum.OpPrepare || op.Kind == quorum.OpPeek {
+			w += wire.MaxNameLen + m.cfg.maxValueSize()
+		}
+		if n > 0 && size+w > budget {
+			break
+		}
+		size += w
+		n++
+	}
+	return max(n, 1)
+}
+
+// resultOverhead bounds a result without its value: numbers and the names
+// of two ballots.
+const resultOverhead = 64 + 2*wire.MaxNameLen
+
+// withoutValues makes ops fit a voter of protocol version 2 or 1, in
+// place: an accept that carries a value is dropped (that voter would keep
+// the grant without it; it does not vote on the write), and an observing
+// peek becomes a plain one (it cannot push).
+func (m *Mesh) withoutValues(to quorum.NodeID, ops []quorum.Op) []quorum.Op {
+	dropped := 0
+	ops = slices.DeleteFunc(ops, func(op quorum.Op) bool {
+		if op.Kind == quorum.OpAccept && op.Value.Data != "" {
+			dropped++
+			return true
+		}
+		return false
+	})
+	for i := range ops {
+		ops[i].Observe = 0
+	}
+	if dropped > 0 {
+		m.incr("send.value_to_old_voter", float32(dropped))
+		if m.noisy.allow("value to old voter " + string(to)) {
+			m.log.Warn("not sending a lease value to a voter of an earlier protocol version: it would drop it; that voter does not vote on it (finish the upgrade)",
+				"voter", to, "writes", dropped)
+		}
+	}
+	return ops
 }
 
 // withoutUnwatch drops, in place, the OpUnwatch and OpForget operations of

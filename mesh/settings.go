@@ -73,7 +73,7 @@ type refusals struct {
 
 // settings are this node's.
 func (m *Mesh) settings() wire.Settings {
-	return wire.Settings{Versions: wire.Supported, Drift: m.cfg.Timing.Drift, TTL: m.cfg.Timing.TTL, MaxTTL: m.cfg.maxTTL()}
+	return wire.Settings{Versions: m.supported(), Drift: m.cfg.Timing.Drift, TTL: m.cfg.Timing.TTL, MaxTTL: m.cfg.maxTTL()}
 }
 
 // mismatches returns what in theirs would break exclusion beside ours;
@@ -213,7 +213,7 @@ func (m *Mesh) peerVersion(node string) int {
 		return wire.Version1
 	}
 	theirs, _ := meta.Settings()
-	if v, ok := wire.Supported.Common(theirs.Versions); ok {
+	if v, ok := m.supported().Common(theirs.Versions); ok {
 		return v
 	}
 	return wire.Version1

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -133,8 +134,9 @@ func TestHelloVersionsAreJudged(t *testing.T) {
 	later := m.settings()
 	later.Versions = wire.Range{Min: wire.MaxVersion + 1, Max: wire.MaxVersion + 2}
 	err := m.checkHello("future", 2, wire.EncodeSettings(later))
-	if !errors.Is(err, errSettings) || !strings.Contains(err.Error(), "protocol version is 1-2 here and 3-4 at future") {
-		t.Errorf("a hello of versions 3-4: %v", err)
+	want := fmt.Sprintf("protocol version is 1-%d here and %d-%d at future", wire.MaxVersion, wire.MaxVersion+1, wire.MaxVersion+2)
+	if !errors.Is(err, errSettings) || !strings.Contains(err.Error(), want) {
+		t.Errorf("a hello of later versions: %v, want %q", err, want)
 	}
 	if err := m.checkHello("garbled", 2, []byte{0x95, 1}); !errors.Is(err, errMalformed) {
 		t.Errorf("a malformed hello payload: %v", err)

@@ -205,6 +205,9 @@ type Acceptor struct {
 	// once, so that the acceptor went live without a majority to catch up
 	// from; epochs then rest on the wall-clock floor alone.
 	floorOnly bool
+	// restartedWith: the voters, by incarnation, whose word this acceptor
+	// went live on after a restart of a majority (noteRestartedWith).
+	restartedWith map[NodeID]uint64
 
 	// What the disk keeps (durable.go): disk is nil without one; dur is
 	// what was saved last; restored is set when the acceptor started from

@@ -45,6 +45,11 @@ type peerCatchUp struct {
 	// version of a configuration it accepted and has not adopted.
 	durable, fresh bool
 	newer          uint64
+	inc            uint64 // its incarnation, as it last answered
+	// lost: it said, since this acceptor started, that it was recovering
+	// from its disk: its registers are gone, even if it votes again now.
+	lost        bool
+	newerBallot *Ballot // with newer: the ballot it was accepted at
 }
 
 func (a *Acceptor) maybeEndQuarantine() {
@@ -65,7 +70,7 @@ func (a *Acceptor) startCatchUp() {
 	a.state = CatchingUp
 	a.catchUp = &catchUp{
 		buckets: a.cfg.CatchUpBuckets,
-		req:     CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets},
+		req:     CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets, Inc: a.cfg.Incarnation},
 	}
 	for _, v := range a.m.Voters {
 		if v != a.cfg.ID {
@@ -121,6 +126,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		Bucket: req.Bucket, List: req.List, Horizon: a.Horizon()}
 	if a.state == Live && a.diskErr == nil {
 		resp.PromiseFloor, resp.EpochFloor = a.promiseFloor, a.epochFloor
+		resp.LostWith = req.Inc != 0 && a.restartedWith[req.From] == req.Inc
 	}
 	if req.Config != a.m.ID {
 		a.stats.WrongConfig++
@@ -133,6 +139,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	if a.disk != nil && a.diskErr == nil {
 		resp.Fresh = !a.dur.Voted && !a.amnesiac
 		resp.NewerConfig = a.newerConfigAccepted()
+		resp.NewerBallot, resp.NewerMembers = a.newerConfigRegister()
 	}
 	if a.state != Live || a.diskErr != nil {
 		resp.Status = StatusRecovering
@@ -192,7 +199,13 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	if p == nil || p.done {
 		return
 	}
-	p.fresh, p.newer = resp.Fresh, resp.NewerConfig
+	p.fresh, p.newer, p.newerBallot, p.inc = resp.Fresh, resp.NewerConfig, nil, resp.Inc
+	p.lost = p.lost || resp.LostWith
+	if resp.NewerConfig != 0 && resp.NewerBallot != nil && resp.NewerMembers != nil &&
+		resp.NewerMembers.Version() == resp.NewerConfig && resp.NewerMembers.Validate() == nil {
+		b := *resp.NewerBallot
+		p.newerBallot = &b
+	}
 	if a.probing && !resp.Fresh {
 		// Some voter has voted, or may have: this is no new mesh, and a
 		// new disk says nothing of what this node did before it (its old
@@ -213,6 +226,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	case StatusRecovering:
 		p.recovering = true
 		p.durable = resp.Durable
+		p.lost = p.lost || resp.Durable
 		if resp.Durable && !a.faults.ignoreReserved {
 			a.epochFloor = max(a.epochFloor, resp.EpochFloor)
 		}
@@ -322,8 +336,9 @@ func (a *Acceptor) maybeGoLive() {
 	if a.clock.Now() < a.liveFrom && !a.faults.skipQuarantine {
 		return
 	}
-	if a.restored && a.restartedMajority() {
-		a.goLive()
+	if m := a.chosenNewer(); m != nil {
+		// Adopting it starts the catch-up again, among its voters.
+		a.Adopt(*m)
 		return
 	}
 	// enough reports whether the others done meet every majority of
@@ -352,7 +367,17 @@ func (a *Acceptor) maybeGoLive() {
 		}
 	}
 	switch {
+	case a.restored && a.restartedMajority(a.m.Voters):
+		a.noteRestartedWith()
 	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp):
+	case enough(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
+		a.noteRestartedWith()
+		// A majority of the voters before the pending change restarted
+		// with this one: what a majority of them alone held is lost
+		// (every lease they accepted has ended, and their marks keep
+		// epochs and ballots going up), and the change cannot finish
+		// without them. Waiting would stall the mesh for good.
+		a.floorOnly = true
 	case recovering >= a.m.Majority() && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority):
 		// Every voter answered and a majority of them lost their state:
 		// a full restart. (Waiting for every voter, not only a majority,
@@ -388,8 +413,8 @@ func (a *Acceptor) persistLive() bool {
 }
 
 // restartedMajority reports whether an acceptor that restarted from its disk
-// may vote although it could not catch up from enough live voters: a
-// majority of its configuration, itself included, restarted too, each with
+// may vote although it could not catch up from enough of voters: a
+// majority of them, itself included, restarted too, each with
 // a disk. Then a majority lost its registers (a full restart, as far as
 // locks go: every lease any of them accepted has ended once its quarantine
 // is over, and the caller checks this one's), and what can be learned is
@@ -403,26 +428,29 @@ func (a *Acceptor) persistLive() bool {
 // each of which kept on disk what it accepted (or, with an empty disk,
 // never accepted one).
 //
+// A voter that said it was recovering counts even if it votes again by now
+// (the first of two restarted voters goes live on the other's word before
+// the other hears back from it): its registers are gone all the same, and
+// a value chosen since it went live was chosen without this acceptor, by
+// a majority every other majority meets in some voter that holds it.
+//
 // With fewer restarted voters the acceptor must catch up as any other: a
 // value a majority chose may now live only at voters it has not heard
 // from.
-func (a *Acceptor) restartedMajority() bool {
-	if a.newerConfigAccepted() != 0 {
+func (a *Acceptor) restartedMajority(voters []NodeID) bool {
+	if a.newerConfigAccepted() != 0 || !slices.Contains(voters, a.cfg.ID) {
 		return false
 	}
 	n := 1
 	for _, p := range a.catchUp.peers {
-		if !a.m.IsVoter(p.id) {
-			continue
-		}
 		if p.newer != 0 && !a.faults.ignoreNewerConfig {
 			return false
 		}
-		if p.recovering && p.durable {
+		if p.lost && slices.Contains(voters, p.id) {
 			n++
 		}
 	}
-	return n >= a.m.Majority()
+	return n >= len(voters)/2+1
 }
 
 // bucketOf spreads keys over n buckets (FNV-1a).
@@ -466,4 +494,16 @@ func (a *Acceptor) Recovery() Recovery {
 		}
 	}
 	return r
+}
+
+// noteRestartedWith records, as the acceptor goes live on restarted voters'
+// word, which voters (in which incarnation) it counted: those that ask it
+// later may count it in turn (CatchUpResponse.LostWith).
+func (a *Acceptor) noteRestartedWith() {
+	a.restartedWith = make(map[NodeID]uint64)
+	for _, p := range a.catchUp.peers {
+		if p.lost && p.inc != 0 {
+			a.restartedWith[p.id] = p.inc
+		}
+	}
 }

@@ -84,6 +84,12 @@ type Value struct {
 	// Config is the value of ConfigKey, the voter configuration; nil on
 	// every other key.
 	Config *Membership `codec:"c,omitempty"`
+	// Data is the holder's value on a held key: bytes the holder publishes
+	// with its grant (a leader's address, say), set by the acquire that
+	// wrote the grant and changed by the holder's updates (Proposer.Update).
+	// Renewals and write-backs carry it on; a release clears it. A string,
+	// so that values stay comparable and immutable; any bytes may be in it.
+	Data string `codec:"d,omitempty"`
 }
 
 // ConfigKey is the register that holds the voter configuration. Lock keys
@@ -107,6 +113,9 @@ func (v Value) String() string {
 	}
 	if !v.Held {
 		return fmt.Sprintf("free@%d", v.Epoch)
+	}
+	if v.Data != "" {
+		return fmt.Sprintf("held(%s/%d)@%d ttl=%v lease=%v data=%dB", v.Holder, v.HolderInc, v.Epoch, v.TTL, v.Lease, len(v.Data))
 	}
 	return fmt.Sprintf("held(%s/%d)@%d ttl=%v lease=%v", v.Holder, v.HolderInc, v.Epoch, v.TTL, v.Lease)
 }

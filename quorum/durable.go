@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -189,4 +190,42 @@ func (a *Acceptor) newerConfigAccepted() uint64 {
 		return 0
 	}
 	return r.value.Config.Version()
+}
+
+// newerConfigRegister returns the configuration register's accepted ballot
+// and value when it holds a configuration newer than the one adopted.
+func (a *Acceptor) newerConfigRegister() (*Ballot, *Membership) {
+	r := a.regs[ConfigKey]
+	if r == nil || r.value.Config == nil || !a.m.Newer(*r.value.Config) {
+		return nil, nil
+	}
+	b, m := r.accepted, r.value.Config.clone()
+	return &b, &m
+}
+
+// chosenNewer returns a configuration newer than the adopted one that
+// majorities of the voters, and while a change is pending of the voters
+// before it, accepted at one ballot (this acceptor included, from its own
+// register): it was chosen, whatever became of the proposer that wrote it.
+func (a *Acceptor) chosenNewer() *Membership {
+	b, m := a.newerConfigRegister()
+	if b == nil || a.faults.ignoreNewerConfig {
+		return nil
+	}
+	count := func(voters []NodeID) bool {
+		n := 0
+		if slices.Contains(voters, a.cfg.ID) {
+			n++
+		}
+		for _, p := range a.catchUp.peers {
+			if p.newerBallot != nil && *p.newerBallot == *b && slices.Contains(voters, p.id) {
+				n++
+			}
+		}
+		return n >= len(voters)/2+1
+	}
+	if !count(a.m.Voters) || (a.m.Pending && !count(a.m.Prev)) {
+		return nil
+	}
+	return m
 }

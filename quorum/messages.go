@@ -71,6 +71,12 @@ type Op struct {
 	// grant starts one of the full TTL, so that a lease granted under the
 	// old configuration stays protected by a majority of the new one.
 	Migrate bool `codec:"mg,omitempty"`
+	// Observe, on a peek, asks the voter to push the key's changes to the
+	// sender (Notify.Changes) for this long: a change of holder, token,
+	// value or freedom, and the end of the lease's timer there. A later
+	// peek with Observe extends it, or with a moment ends it (see
+	// observe_voter.go).
+	Observe time.Duration `codec:"ob,omitempty"`
 }
 
 // Request is a batch of operations from one proposer to one acceptor. A
@@ -81,6 +87,10 @@ type Request struct {
 	From   NodeID `codec:"f"`
 	To     NodeID `codec:"to"`
 	Ops    []Op   `codec:"ops"`
+	// NoData, set by the driver, says that the sender's protocol cannot
+	// carry Value.Data: what it writes says nothing of data it never saw
+	// (see Node.refuseDataLoss). It does not travel.
+	NoData bool `codec:"-"`
 }
 
 // Status is an acceptor's verdict on a whole message.
@@ -215,6 +225,20 @@ type Notify struct {
 	// promised (the releaser's next ballot, usually): a waiter that goes
 	// above it wins its first round.
 	Promised []uint64 `codec:"p,omitempty"`
+	// Changes are what the voter holds now for keys the addressee
+	// observes (Op.Observe): hints, like Keys, that an observer confirms
+	// by agreement of a majority (proposer_observe.go).
+	Changes []Change `codec:"ch,omitempty"`
+}
+
+// Change is a voter's report of one key to a node observing it: the
+// register's accepted ballot and value, and how long the lease's timer
+// still runs there (zero: none runs).
+type Change struct {
+	Key       string        `codec:"k"`
+	Accepted  Ballot        `codec:"a,omitempty"`
+	Value     Value         `codec:"v,omitempty"`
+	Remaining time.Duration `codec:"rem,omitempty"`
 }
 
 // CatchUpRequest asks a voter for its registers in one bucket of the key
@@ -229,6 +253,14 @@ type CatchUpRequest struct {
 	// List asks only for the keys that have an accepted value (a proposer
 	// moving every key into a new configuration), not the registers.
 	List bool `codec:"l,omitempty"`
+	// Holders, with List, asks for the held keys that start with Prefix,
+	// each with its accepted ballot, value and time left (a listing of
+	// the locks held: Node.ListHolders answers it).
+	Holders bool   `codec:"hd,omitempty"`
+	Prefix  string `codec:"px,omitempty"`
+	// Inc is the asking acceptor's incarnation (see
+	// CatchUpResponse.LostWith).
+	Inc uint64 `codec:"inc,omitempty"`
 }
 
 // CatchUpResponse carries one bucket of a voter's registers.
@@ -263,6 +295,20 @@ type CatchUpResponse struct {
 	Durable     bool   `codec:"d,omitempty"`
 	Fresh       bool   `codec:"fr,omitempty"`
 	NewerConfig uint64 `codec:"nc,omitempty"`
+	// NewerBallot and NewerMembers are, with NewerConfig, the ballot at
+	// which the responder accepted that configuration and the
+	// configuration itself. A recovering voter that sees majorities of
+	// its voters (and of those before a pending change) accept it at one
+	// ballot knows it was chosen, and adopts it: its proposer may have
+	// stopped before telling anyone, and the change cannot be finished by
+	// voters that wait to catch up in the configuration it replaced.
+	NewerBallot  *Ballot     `codec:"nb,omitempty"`
+	NewerMembers *Membership `codec:"nm,omitempty"`
+	// LostWith: the responder restarted from its disk and went live on
+	// the word of voters that had lost their registers too, the asker (in
+	// this incarnation) among them. It holds nothing from before the
+	// asker's restart, so the asker may count it as restarted with it.
+	LostWith bool `codec:"lw,omitempty"`
 }
 
 // Entry is one register as a catch-up carries it.

@@ -30,7 +30,8 @@ type Node struct {
 	id    NodeID
 	inc   uint64
 	prop  *Proposer
-	acc   *Acceptor // nil while not a voter
+	acc   *Acceptor      // nil while not a voter
+	obs   voterObservers // nodes observing keys at this voter (observe_voter.go)
 	m     Membership
 	voter bool // m names this node
 	quiet bool // Silence
@@ -194,6 +195,8 @@ type Ready struct {
 	Config *Membership
 	// Voting is the node's voting state when it changed (nil otherwise).
 	Voting *VotingState
+	// Changes are the states of observed keys (Observe), in order per key.
+	Changes []KeyChange
 }
 
 // VotingState says whether and how the node votes.
@@ -413,7 +416,9 @@ func (n *Node) answer(req *Request) *Response {
 	if n.acc == nil || n.quiet {
 		resp = NoAcceptorResponse(n.m, n.id, n.inc, req)
 	} else {
+		n.refuseDataLoss(req)
 		resp = n.acc.HandleRequest(req)
+		n.obs.answered(n.acc, req, resp)
 	}
 	if n.answered != nil {
 		n.answered(req, resp)
@@ -445,6 +450,7 @@ func (n *Node) takeCatchUpReply(resp *CatchUpResponse) {
 func (n *Node) Tick() {
 	if n.acc != nil {
 		n.acc.Tick()
+		n.obs.tick(n.acc)
 	}
 	n.prop.Tick()
 	n.sync()
@@ -480,6 +486,9 @@ func (n *Node) NextTick() (time.Duration, bool) {
 		if t, has := n.acc.NextTick(); has && (!ok || t < at) {
 			at, ok = t, true
 		}
+		if t, has := n.obs.next(); has && (!ok || t < at) {
+			at, ok = t, true
+		}
 	}
 	return at, ok
 }
@@ -487,7 +496,7 @@ func (n *Node) NextTick() (time.Duration, bool) {
 // HasReady reports whether Ready has anything.
 func (n *Node) HasReady() bool {
 	return len(n.out) > 0 || n.changed || n.votingState() != n.state || n.prop.HasReady() ||
-		(n.acc != nil && n.acc.hasReady())
+		(n.acc != nil && n.acc.hasReady()) || len(n.obs.out) > 0
 }
 
 // Ready hands out what the node wants sent and what happened, and forgets
@@ -508,6 +517,10 @@ func (n *Node) Ready() Ready {
 		if n.acc != nil && n.acc.hasReady() {
 			moved = true
 			n.acceptorReady(&rd)
+		}
+		if len(n.obs.out) > 0 {
+			moved = true
+			n.observersReady(&rd)
 		}
 		n.sync()
 		if !moved {
@@ -531,6 +544,7 @@ func (n *Node) proposerReady(rd *Ready) {
 	prd := n.prop.Ready()
 	rd.Results = append(rd.Results, prd.Results...)
 	rd.Leases = append(rd.Leases, prd.Leases...)
+	rd.Changes = append(rd.Changes, prd.Changes...)
 	n.prop.ReuseResults(prd.Results)
 	for i := range prd.Requests {
 		req := &prd.Requests[i]

@@ -84,6 +84,9 @@ type AcquireOptions struct {
 	// Deadline (on this node's clock) is when to give up; zero means one
 	// attempt's worth of rounds (for TryAcquire).
 	Deadline time.Duration
+	// Data is the value the grant carries (Value.Data): published to
+	// readers and observers while the lease is held, kept by renewals.
+	Data string
 }
 
 func (o *AcquireOptions) validate(roundTimeout time.Duration) error {
@@ -130,10 +133,13 @@ const (
 	Reconfigured
 	// Refused: a voter change that is not allowed; Err says why.
 	Refused
+	// Updated: an update wrote the lease's new Data, and renewed it
+	// (Deadline).
+	Updated
 )
 
 var outcomeNames = [...]string{"?", "granted", "locked", "no quorum", "released", "not held", "read", "cancelled",
-	"reconfigured", "refused"}
+	"reconfigured", "refused", "updated"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -155,13 +161,19 @@ type OpResult struct {
 	// Holder and HolderInc name the holder (Locked, ReadDone).
 	Holder    NodeID
 	HolderInc uint64
+	// Data is the holder's value (Locked, when known).
+	Data string
 	// Remaining is the longest time an acceptor said the holder's lease
 	// still runs (Locked), on that acceptor's clock.
 	Remaining time.Duration
-	// Value is the register's value (ReadDone); Live says whether a lease
-	// of it was running at an acceptor of the read's majority.
+	// Value is the register's value (ReadDone), or the value granted
+	// (Granted); Live says whether a lease of it was running at an
+	// acceptor of the read's majority.
 	Value Value
 	Live  bool
+	// LeaseStart (Granted) is when the holder's clock started for the
+	// grant: the t0 its deadline counts from (Deadline − HolderTTL).
+	LeaseStart time.Duration
 	// Unknown: the operation gave up after some of its writes may have
 	// been accepted (NoQuorum, Cancelled).
 	Unknown bool
@@ -186,6 +198,10 @@ type OpResult struct {
 	// Config is the configuration of the round that decided the outcome
 	// (Quorum are its voters).
 	Config uint64
+	// Accepted, on a read (ReadDone), is the ballot at which a majority
+	// holds Value: later values are at higher ballots (observers order
+	// what they report by it).
+	Accepted Ballot
 	// Members, Moved and Err describe a voter change: the configuration it
 	// ended in, how many keys it moved into the new voters, and why it was
 	// refused.
@@ -243,6 +259,8 @@ type ProposerReady struct {
 	// configuration; Lists ask old voters for their keys during a change.
 	Pushes []ConfigPush
 	Lists  []CatchUpRequest
+	// Changes are states of observed keys (Observe).
+	Changes []KeyChange
 }
 
 // Proposer is one node's client half of the protocol: it runs acquires,
@@ -302,6 +320,12 @@ type Proposer struct {
 	lists        []CatchUpRequest
 	chg          *changeOp // the voter change in progress, if any
 
+	// Observed keys (proposer_observe.go): by key, by the wire id of their
+	// registration rounds, and the states to report.
+	observations map[string]*observation
+	obsRounds    map[uint64]*observation
+	changes      []KeyChange
+
 	stats  ProposerStats
 	faults proposerFaults
 }
@@ -322,6 +346,7 @@ type proposerFaults struct {
 	migrateFullTTL   bool            // time a moved lease for a full TTL, not what is left of it
 	forgetOnMajority bool            // forget a key when a majority holds it free, not every voter
 	forgetAny        bool            // forget a key whatever the voters hold
+	observeHighest   bool            // report an observed key's highest report, agreed by a majority or not
 }
 
 // ProposerStats counts what a proposer did.
@@ -503,6 +528,7 @@ func (p *Proposer) Ready() ProposerReady {
 	rd.Leases, p.events = p.events, nil
 	rd.Pushes, p.pushes = p.pushes, nil
 	rd.Lists, p.lists = p.lists, nil
+	rd.Changes, p.changes = p.changes, nil
 	return rd
 }
 
@@ -518,7 +544,7 @@ func (p *Proposer) ReuseRequests(requests []Request) { p.spareRq = emptied(reque
 
 // HasReady reports whether Ready has anything.
 func (p *Proposer) HasReady() bool {
-	if len(p.results) > 0 || len(p.events) > 0 || len(p.pushes) > 0 || len(p.lists) > 0 {
+	if len(p.results) > 0 || len(p.events) > 0 || len(p.pushes) > 0 || len(p.lists) > 0 || len(p.changes) > 0 {
 		return true
 	}
 	for i := range p.out {
@@ -555,6 +581,9 @@ func (p *Proposer) NextTick() (time.Duration, bool) {
 func (p *Proposer) HandleNotify(n *Notify) {
 	if n.Config != p.m.ID {
 		return
+	}
+	if len(n.Changes) > 0 {
+		p.handleChanges(n)
 	}
 	for i, k := range n.Keys {
 		ks := p.keys[k]
@@ -664,6 +693,9 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	if x.parent != nil {
 		// A step of a voter change: the change reports, not the step.
 		p.changeStep(x.parent, x, r)
+	} else if x.obs != nil {
+		// A read that settles what an observed key's voters report.
+		p.observeReadDone(x.obs, r)
 	} else if x.kind != kindRenew && x.kind != kindForget {
 		r.ID, r.Key, r.Started = x.id, ks.key, x.started
 		if r.RoundStarted == 0 {

@@ -45,7 +45,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		}
 		return Value{
 			Held: true, Holder: me, HolderInc: inc,
-			Epoch: p.nextEpoch(maxEpoch), TTL: x.opts.TTL, Lease: x.ballot,
+			Epoch: p.nextEpoch(maxEpoch), TTL: x.opts.TTL, Lease: x.ballot, Data: x.opts.Data,
 		}, OpResult{}, true
 
 	case kindRenew:
@@ -60,6 +60,9 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		v := base
 		v.TTL, v.Lease = l.opts.TTL, x.ballot
 		return v, OpResult{}, true
+
+	case kindUpdate:
+		return p.changeUpdate(x, base, mine)
 
 	case kindRelease:
 		if !base.Held && base.Epoch == x.epoch {
@@ -137,7 +140,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		if chosen {
 			return Value{}, OpResult{
 				Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, replies),
-				Holder: base.Holder, HolderInc: base.HolderInc,
+				Holder: base.Holder, HolderInc: base.HolderInc, Accepted: replies[0].res.Accepted,
 			}, false
 		}
 		// Not yet chosen: write it back so that no later read sees less.
@@ -249,7 +252,8 @@ func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration
 			}
 		}
 		if !locked || v.Epoch > res.Epoch || (v.Epoch == res.Epoch && r.Remaining > res.Remaining) {
-			res = OpResult{Outcome: Locked, Holder: v.Holder, HolderInc: v.HolderInc, Epoch: v.Epoch, Remaining: r.Remaining}
+			res = OpResult{Outcome: Locked, Holder: v.Holder, HolderInc: v.HolderInc, Epoch: v.Epoch, Remaining: r.Remaining,
+				Data: base.Data}
 		}
 		locked = true
 	}

@@ -255,6 +255,7 @@ const (
 	timerRenew
 	timerNotice
 	timerChange
+	timerObserve
 )
 
 type timer struct {
@@ -263,6 +264,7 @@ type timer struct {
 	kind timerKind
 	op   *op
 	ks   *keyState
+	ob   *observation
 	gen  uint64
 }
 
@@ -274,6 +276,8 @@ func (t *timer) stale(p *Proposer) bool {
 		return t.gen != p.renewGen
 	case t.kind == timerChange:
 		return p.chg == nil || t.gen != p.chg.gen
+	case t.kind == timerObserve:
+		return t.ob.gen != t.gen || p.observations[t.ob.key] != t.ob
 	}
 	return t.ks.lease == nil || t.ks.lease.gen != t.gen
 }
@@ -300,6 +304,8 @@ func (t *timer) fire(p *Proposer, now time.Duration) {
 		p.noticeDue(t.ks, now)
 	case timerChange:
 		p.changeTimer(p.chg, now)
+	case timerObserve:
+		p.observeTimer(t.ob, now)
 	}
 }
 

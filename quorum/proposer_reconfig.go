@@ -448,6 +448,7 @@ func (p *Proposer) Adopt(m Membership) bool {
 		x.timerGen++
 		p.arm(timer{at: now, kind: timerRetry, op: x, gen: x.timerGen})
 	}
+	p.observeAdopted(now)
 	return true
 }
 

@@ -26,6 +26,9 @@ const (
 	// hold one free value at one ballot, tells them to forget the key
 	// (see acceptor_registers.go).
 	kindForget
+	// kindUpdate writes a new Data into this node's own grant, renewing
+	// the lease as it does (proposer_value.go).
+	kindUpdate
 )
 
 type phase uint8
@@ -134,6 +137,8 @@ type op struct {
 	sentTo      voterIncs       // the voters the accepts went to, and their incarnations
 	repair      *OpResult       // the conclusion to report once the base is written back
 	lastLock    *OpResult       // the last Locked seen (waiting acquires)
+	data        string          // update: the new Data
+	obs         *observation    // read: the observation it settles (proposer_observe.go)
 	attempted   []uint64        // epochs written (acquire, release, cleanup)
 	attemptedAt []time.Duration // when the round that first wrote each began
 	leases      []Ballot        // acquire: the Lease ballot of each grant it wrote
@@ -337,7 +342,7 @@ func (p *Proposer) push(voter int, o Op) {
 func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 	x.phase = phaseAccept
 	x.proposed = v
-	if x.parent == nil && x.kind != kindRead && x.kind != kindRenew && x.repair == nil {
+	if x.parent == nil && x.kind != kindRead && x.kind != kindRenew && x.kind != kindUpdate && x.repair == nil {
 		if !slices.Contains(x.attempted, v.Epoch) {
 			x.attempted = append(x.attempted, v.Epoch)
 			x.attemptedAt = append(x.attemptedAt, x.roundStart)
@@ -439,6 +444,10 @@ func (p *Proposer) Step(resp *Response) {
 func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 	x := p.rounds[res.ID]
 	if x == nil {
+		if o := p.obsRounds[res.ID]; o != nil {
+			p.observeAnswer(o, from, res)
+			return
+		}
 		if y := p.latePrep[res.ID]; y != nil {
 			p.latePromise(y, from, inc, res)
 			return
@@ -617,7 +626,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 		}
 		p.conclude(x, OpResult{
 			Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, info),
-			Holder: base.Holder, HolderInc: base.HolderInc,
+			Holder: base.Holder, HolderInc: base.HolderInc, Accepted: hi,
 		})
 		return true
 	}
@@ -716,7 +725,7 @@ func (p *Proposer) decide(x *op) {
 // sendWindow bounds how long after t0 a round may send accepts.
 func (p *Proposer) sendWindow(x *op) time.Duration {
 	w := p.cfg.RoundTimeout
-	if x.kind == kindAcquire || x.kind == kindRenew {
+	if x.kind == kindAcquire || x.kind == kindRenew || x.kind == kindUpdate {
 		if hw := x.opts.HolderTTL; hw > 0 && hw < w {
 			w = hw
 		}
@@ -783,7 +792,7 @@ func (p *Proposer) accepted(x *op) {
 			return
 		}
 		p.installLease(ks, x.proposed.Epoch, deadline, now, x.opts)
-		res.Outcome, res.Deadline = Granted, deadline
+		res.Outcome, res.Deadline, res.LeaseStart, res.Value = Granted, deadline, t0, x.proposed
 		p.stats.Granted++
 		p.finish(x, res)
 	case kindRenew:
@@ -800,8 +809,10 @@ func (p *Proposer) accepted(x *op) {
 	case kindRead:
 		res.Outcome, res.Value = ReadDone, x.proposed
 		res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
-		res.Live = x.readLive
+		res.Live, res.Accepted = x.readLive, x.ballot
 		p.finish(x, res)
+	case kindUpdate:
+		p.updated(x, res)
 	case kindConfig:
 		res.Outcome, res.Value = Granted, x.proposed
 		p.finish(x, res)

@@ -64,6 +64,17 @@ type simChecker struct {
 	// round trips (I9, hand-over). maxHandover is the longest seen.
 	freedAt     map[string]time.Duration
 	maxHandover time.Duration
+
+	// What observers reported and how many of their last states were
+	// checked at rest (sim_observe_test.go), the semaphore's holders
+	// (sim_semaphore_test.go), and every value each holder wrote, by
+	// key|holder (sim_value_test.go).
+	obs      map[obsLife]*obsLog
+	obsFinal int
+	sem      semCheck
+	data     map[string]map[string]bool
+	// losses are the times a majority of voters lost their state.
+	losses []time.Duration
 }
 
 type grantRec struct {
@@ -334,6 +345,7 @@ func (k *simChecker) granted(c *simClient, res OpResult) *grantRec {
 	k.grants[g.key] = append(list, g)
 	c.n.holder[g.key] = c
 	k.handedOver(g.key)
+	k.semGranted(g)
 	return g
 }
 
@@ -355,8 +367,12 @@ func (k *simChecker) handedOver(key string) {
 
 // handoverBound is how long a released key may go ungranted while clients
 // wait for it, once the faults healed and the mesh settled: a few round
-// trips and backoffs, far less than a lease.
-func (k *simChecker) handoverBound() time.Duration { return 5 * k.s.cfg.RoundTimeout }
+// trips and backoffs, far less than a lease. Eight round timeouts: three
+// acquires that each got a grant accepted at some voters, none at a
+// majority, then duel for the right to finish theirs, and a parked waiter
+// retries after two round timeouts; seed 173 with 5 voters takes 5.5 round
+// timeouts so. A stall of a lease (review finding 3) is 25 of them.
+func (k *simChecker) handoverBound() time.Duration { return 8 * k.s.cfg.RoundTimeout }
 
 // settled reports whether the faults healed long enough ago for the
 // liveness bounds to apply: every voter has served its quarantine and
@@ -561,6 +577,7 @@ func (k *simChecker) final() {
 			}
 		}
 	}
+	k.finalObserved()
 	// Operations still in flight at the end may have written too.
 	for _, n := range s.nodes {
 		if n.up {

@@ -44,6 +44,14 @@ type simClient struct {
 	// grant for hold.
 	scripted bool
 	holdTime time.Duration
+
+	// The value the client's next grant carries, its update in flight
+	// (sim_value_test.go), and its semaphore acquire in progress
+	// (sim_semaphore_test.go).
+	data      string
+	updateOp  OpID
+	updateInc uint64 // the node life the update runs in
+	sem       *semTry
 }
 
 func (c *simClient) holder() string { return c.n.holderName() }
@@ -95,6 +103,13 @@ func (c *simClient) pickKey() string {
 
 func (c *simClient) act() {
 	s := c.s
+	if s.cfg.Quiet > 0 && s.now >= s.cfg.Duration-s.cfg.Quiet {
+		return // the mesh comes to rest before the end (sim_observe_test.go)
+	}
+	if s.cfg.Semaphore > 0 {
+		c.actSemaphore()
+		return
+	}
 	key := c.pickKey()
 	if s.rand.Float64() < 0.15 {
 		c.read(key)
@@ -145,6 +160,7 @@ func (c *simClient) acquire(key string, wait bool, budget time.Duration) OpID {
 		RenewEvery: ttl / 3,
 		Notice:     min(s.cfg.Notice, ttl/5),
 		Wait:       wait,
+		Data:       c.nextData(key),
 	}
 	if wait {
 		opts.Deadline = c.n.clock.Now() + budget
@@ -167,10 +183,15 @@ func (c *simClient) acquire(key string, wait bool, budget time.Duration) OpID {
 // onResult takes the result of the client's operation.
 func (c *simClient) onResult(res OpResult) {
 	s := c.s
+	if c.updating(res.ID) {
+		c.onUpdate(res)
+		return
+	}
 	s.tracef("c%d on %s: op %d on %q -> %v epoch %d holder %s/%d unknown %v q=%v b=%v", c.id, c.n.id, res.ID, res.Key, res.Outcome, res.Epoch, res.Holder, res.HolderInc, res.Unknown, res.Quorum, res.Ballot)
 	out := qt.Output{Outcome: outcomeName(res.Outcome), Unknown: res.Unknown, Epoch: res.Epoch}
 	switch c.state {
 	case cReading:
+		s.check.checkData(c.n, res.Key, res.Value, "read")
 		out.Held, out.Holder = res.Value.Held, holderName(res.Value.Holder, res.Value.HolderInc)
 		out.AtLeast = !res.Value.Held && res.Value.Epoch != res.Epoch // the registers were dropped
 		s.check.history().Retime(c.hist, int64(c.n.clock.realAt(res.RoundStarted)))
@@ -198,9 +219,13 @@ func (c *simClient) onResult(res OpResult) {
 		s.check.ghosts(c, res.Key, res.Attempted, res.Epoch, res.Outcome == Granted)
 		s.check.acquireEnded(c, res)
 		if res.Outcome != Granted {
+			if c.semContinue(res) {
+				return
+			}
 			c.idle()
 			return
 		}
+		c.sem = nil
 		c.grant = s.check.granted(c, res)
 		c.state = cHolding
 		c.hold()
@@ -244,6 +269,7 @@ func (c *simClient) hold() {
 		c.later(time.Duration(10+s.rand.Intn(60))*time.Millisecond, write)
 	}
 	c.later(time.Millisecond, write)
+	c.maybeUpdate(g, holdFor)
 	if !s.healed && !c.scripted && s.rand.Float64() < 0.05 {
 		stallAt := time.Duration(s.rand.Int63n(int64(holdFor) + 1))
 		stall := 500*time.Millisecond + time.Duration(s.rand.Int63n(int64(2*time.Second)))

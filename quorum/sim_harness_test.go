@@ -86,6 +86,18 @@ type simConfig struct {
 	HealAt       time.Duration // faults stop here; zero: Duration*3/5
 	LivenessSlop time.Duration
 
+	// Observe, when set, makes every node observe every key of the run,
+	// registering again at this interval (sim_observe_test.go); Quiet
+	// stops the clients that long before the end, so that the observers'
+	// last states can be checked against a mesh at rest.
+	Observe time.Duration
+	Quiet   time.Duration
+	// Semaphore, when set, makes the clients take slots of a counting
+	// semaphore of this many holders instead of keys (sim_semaphore_test.go).
+	Semaphore int
+	// Updates makes holders write new values now and then (sim_value_test.go).
+	Updates bool
+
 	Bug string // a rule broken on purpose (sim_bugs_test.go)
 	// Script, when set, replaces the random clients: it schedules what
 	// the clients do; Delay, when set, chooses each message's delay
@@ -343,6 +355,7 @@ type simStats struct {
 	Changes, ChangesDone, ChangesFailed, ChangesRefused int
 	Adds, Removes, KeysMoved, Joins, ConfigsAdopted     int
 	Forgotten                                           int // registers voters dropped
+	Updates                                             int // values written by holders
 }
 
 func (st simStats) String() string {
@@ -465,6 +478,7 @@ func (s *sim) start(n *simNode) {
 		panic(err)
 	}
 	n.node.answered = func(req *Request, resp *Response) { s.answered(n, req, resp) }
+	s.startObserving(n)
 	n.voter = n.node.Membership().IsVoter(n.id)
 	s.tracef("%s starts, incarnation %d, clock rate %.4f, TTL %v", n.id, n.inc, n.clock.rate, n.ttl)
 	if len(n.clients) == 0 {
@@ -631,6 +645,9 @@ func (s *sim) flush(n *simNode) {
 		for _, res := range rd.Results {
 			s.check.result(n, res)
 		}
+		for _, ch := range rd.Changes {
+			s.check.observed(n, ch)
+		}
 		// As the mesh does: the slices back for the next Ready, so that
 		// every run checks that nothing sent still refers to them.
 		n.node.Advance(rd)
@@ -688,7 +705,7 @@ func cloneMessage(m Message) Message {
 	}
 	if r := m.Notify; r != nil {
 		c := *r
-		c.Keys, c.Promised = slices.Clone(r.Keys), slices.Clone(r.Promised)
+		c.Keys, c.Promised, c.Changes = slices.Clone(r.Keys), slices.Clone(r.Promised), slices.Clone(r.Changes)
 		m.Notify = &c
 	}
 	if r := m.CatchUp; r != nil {
@@ -966,19 +983,30 @@ func (s *sim) countForgotten(n *simNode) {
 // majority had chosen (quorumtest.History.MajorityLoss). Once per loss:
 // until a majority holds state again.
 func (s *sim) maybeMajorityLost(n *simNode) {
-	if !s.m.IsVoter(n.id) {
-		return
+	// The voters of the newest configuration, and while its change is
+	// pending those before it too: a majority of either holds values the
+	// others may not (a pending change has not moved them yet).
+	groups := [][]NodeID{s.m.Voters}
+	if s.m.Pending {
+		groups = append(groups, s.m.Prev)
 	}
-	lost := 1
-	for _, id := range s.m.Voters {
-		v := s.node(id)
-		if v != n && (!v.up || v.node.acc == nil || v.node.acc.State() != Live) {
-			lost++
+	for _, voters := range groups {
+		if !slices.Contains(voters, n.id) {
+			continue
 		}
-	}
-	if lost >= s.m.Majority() && lost-1 < s.m.Majority() {
-		s.tracef("a majority of voters has lost its state")
-		s.check.history().MajorityLoss(int64(s.now))
+		lost := 1
+		for _, id := range voters {
+			v := s.node(id)
+			if v != n && (!v.up || v.node.acc == nil || v.node.acc.State() != Live) {
+				lost++
+			}
+		}
+		if majority := len(voters)/2 + 1; lost >= majority && lost-1 < majority {
+			s.tracef("a majority of voters %v has lost its state", voters)
+			s.check.history().MajorityLoss(int64(s.now))
+			s.check.losses = append(s.check.losses, s.now)
+			return
+		}
 	}
 }
 

@@ -32,7 +32,7 @@ const maxLine = 64 << 10
 
 // The operations.
 const (
-	opAcquire     = "acquire"      // key, ttl_ns, timeout_ns, n → token, remaining_ns, ttl_ns, notice_ns
+	opAcquire     = "acquire"      // key, ttl_ns, timeout_ns, n → key (a semaphore's slot when n > 1), token, remaining_ns, ttl_ns, notice_ns
 	opLease       = "lease"        // → token, remaining_ns (the connection's lease)
 	opRelease     = "release"      // → {} (the connection's lease)
 	opHolder      = "holder"       // key, timeout_ns → holder
@@ -97,7 +97,7 @@ func (e *apiError) Error() string { return e.Message }
 const (
 	codeUsage       = "usage"            // a malformed or out-of-place request
 	codeVersion     = "version"          // a protocol version the agent does not speak
-	codeUnsupported = "unsupported"      // an operation this agent cannot do yet
+	codeUnsupported = "unsupported"      // an operation this agent, or its mesh, cannot do (yet: an upgrade in progress)
 	codeBusy        = "busy"             // too many requests in flight on the connection
 	codeInvalidKey  = "invalid_key"      // empty, too long, not UTF-8
 	codeInvalidOpt  = "invalid_option"   // a TTL out of range

@@ -236,8 +236,8 @@ func (c *apiConn) timeoutCtx(req request, def time.Duration) (context.Context, c
 }
 
 func (c *apiConn) acquire(req request) {
-	if req.N > 1 {
-		c.fail(req.ID, codeUnsupported, "more than one holder at once (n > 1) is not supported yet")
+	if req.N < 0 {
+		c.fail(req.ID, codeUsage, "n must be positive")
 		return
 	}
 	if !c.claim() {
@@ -253,7 +253,14 @@ func (c *apiConn) acquire(req request) {
 		ttl = time.Duration(req.TTL)
 		opts = append(opts, mesh.WithTTL(ttl))
 	}
-	l, err := c.s.m.Acquire(ctx, req.Key, opts...)
+	var l *mesh.Lease
+	var err error
+	if req.N > 1 {
+		// A semaphore: one of N slots, each a lease of its own.
+		l, err = c.s.m.AcquireSemaphore(ctx, req.Key, req.N, opts...)
+	} else {
+		l, err = c.s.m.Acquire(ctx, req.Key, opts...)
+	}
 	if err != nil {
 		c.unclaim()
 		c.sendErr(req.ID, err)
@@ -462,8 +469,14 @@ func apiErrorOf(err error) *apiError {
 	switch {
 	case errors.Is(err, mesh.ErrInvalidKey):
 		e.Code = codeInvalidKey
-	case errors.Is(err, mesh.ErrInvalidOption):
+	case errors.Is(err, mesh.ErrInvalidOption), errors.Is(err, mesh.ErrValueTooLarge):
 		e.Code = codeInvalidOpt
+	case errors.Is(err, mesh.ErrSemaphoreMismatch):
+		e.Code = codeUsage
+	case errors.Is(err, mesh.ErrUpgradeRequired):
+		e.Code = codeUnsupported
+	case errors.Is(err, mesh.ErrLeaseLost):
+		e.Code = codeLost
 	case errors.Is(err, mesh.ErrClosed):
 		e.Code = codeClosed
 	case errors.Is(err, mesh.ErrNoVoters):

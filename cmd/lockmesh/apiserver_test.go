@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -192,16 +193,16 @@ func codeOf(err error) string {
 }
 
 func TestAPILocks(t *testing.T) {
-	want := fakeLocks{{Key: "a/1", Held: true, Node: "n", Token: 5}}
+	want := fakeLocks{{Key: "a/1", Held: true, Node: "n", Token: 5, Value: []byte("v\x00"), TimeLeft: time.Second}}
 	cl := dialT(t, apiFixture(t, nil, want))
 	r, err := cl.call(context.Background(), request{Op: opLocks, Key: "a/"})
-	if err != nil || len(r.Locks) != 1 || r.Locks[0] != want[0] {
+	if err != nil || len(r.Locks) != 1 || !reflect.DeepEqual(r.Locks[0], want[0]) {
 		t.Errorf("locks: %+v, %v", r.Locks, err)
 	}
 }
 
-// TestAPINotYet: without the mesh's elections and lock listing, the agent
-// says so, and the commands exit 65.
+// TestAPINotYet: an agent without elections and lock listing (a server
+// built without them) says so, and the commands exit 65.
 func TestAPINotYet(t *testing.T) {
 	cl := dialT(t, apiFixture(t, nil, nil))
 	for _, op := range []string{opCampaign, opObserve, opLocks} {

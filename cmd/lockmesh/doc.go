@@ -4,6 +4,7 @@
 //
 //	lockmesh agent -name a -voters a,b,c -seeds 10.0.0.2:7946   # on each machine
 //	lockmesh lock -timeout 1m backups/nightly -- ./backup.sh     # anywhere an agent runs
+//	lockmesh lock -n 3 transcode -- ./transcode.sh               # up to 3 at once, mesh-wide
 //	lockmesh elect scheduler "$(hostname)"                       # stay leader until ^C
 //	lockmesh elect -listen scheduler                             # print each new leader
 //	lockmesh holder backups/nightly
@@ -74,8 +75,10 @@
 // # Exit statuses
 //
 //	0–255  lock: CMD's status (128+N if signal N killed it)
-//	64     usage error (bad flags or arguments; lock -n other than 1)
-//	65     not supported by this agent yet (elect, locks)
+//	64     usage error (bad flags or arguments; lock -n that others of the
+//	       key do not give)
+//	65     not supported: an agent of an earlier release, or a node of the
+//	       mesh still on an earlier protocol version (elect, locks, -n)
 //	69     the agent could not be reached, or no majority of the voters answered
 //	75     lock, elect: not acquired within -timeout (someone else held it)
 //	76     lock: the lease was lost while CMD ran, and CMD was signalled;
@@ -84,10 +87,13 @@
 //	126    lock: CMD could not be run;  127: CMD not found
 //	128+N  lock: signal N arrived before CMD started
 //
-// # Not yet
+// # Elections, semaphores, listing
 //
-// The mesh has no elections, lock listing or semaphores yet. elect and
-// locks are complete on both sides of the socket, against the interfaces
-// electionAPI and locksAPI (elect.go), which the mesh's implementations
-// will fill; until then they exit 65. lock -n N for N > 1 exits 64.
+// elect campaigns through the agent (mesh.Mesh.Campaign: a lease on the
+// election's name, carrying VALUE), and elect -listen prints the leaders
+// the voters push to the agent (mesh.Mesh.Observe). lock -n N takes a slot
+// of a counting semaphore (mesh.Mesh.AcquireSemaphore). locks lists what a
+// majority of the voters holds (mesh.Mesh.Locks). The agent's side of each
+// is written against the interfaces electionAPI and locksAPI (elect.go),
+// which meshapi.go implements on package mesh and tests fake.
 package main

@@ -12,10 +12,9 @@ import (
 	"github.com/lockmesh/lockmesh/mesh"
 )
 
-// What elect and locks need from the mesh, which has neither yet. Once
-// package mesh has them, an adapter of a few lines (meshElections below)
-// implements these interfaces and newAPIServer sets it; the agent's
-// protocol, the commands and their exit statuses are already in place.
+// What elect and locks need from the mesh: interfaces, so that the agent's
+// protocol can be tested against fakes; meshapi.go implements them on
+// package mesh.
 
 // electionAPI runs elections: one leader per name, chosen by lease.
 type electionAPI interface {
@@ -50,27 +49,24 @@ type locksAPI interface {
 	Locks(ctx context.Context, prefix string) ([]mesh.Holder, error)
 }
 
-// meshElections and meshLocks return the mesh's implementations; nil
-// (not supported yet) until package mesh has Campaign, Observe and Locks.
-func meshElections(*mesh.Mesh) electionAPI { return nil }
-func meshLocks(*mesh.Mesh) locksAPI        { return nil }
-
 const electHelp = `
 Without -listen: campaigns for the election NAME with VALUE through the
 local agent, prints the leader line once elected, and stays leader until
 interrupted (SIGINT, SIGTERM: it resigns and exits 0) or until leadership
 is lost (exit 76). With -listen NAME: prints the leader, and each change of
-leader, until interrupted (like "etcdctl elect -l").
+leader, until interrupted (like "etcdctl elect -l"): the voters push each
+change to the agent as it happens (nothing is polled), and every leader is
+printed in order, a slow reader getting the latest.
 
 A leader line is "NAME: VALUE (node N, token T)", or "NAME: no leader";
-with -json, one JSON object per line.
-
-Elections need the mesh's election API, which is not in this build yet:
-until it is, elect exits 65 with a message saying so.
+with -json, one JSON object per line. The token is the leadership's
+fencing token: higher for every new leader.
 
 exit status: 0 after resigning or when -listen is interrupted; 64 usage;
-65 not supported by the agent yet; 69 agent unreachable or no quorum;
-75 not elected within -timeout; 76 leadership lost, or the agent lost.`
+65 not supported: an agent of an earlier release, or a node of the mesh
+still on an earlier protocol version (finish the upgrade); 69 agent
+unreachable or no quorum; 75 not elected within -timeout; 76 leadership
+lost, or the agent lost.`
 
 func electCommand() *command {
 	c := newCommand("elect", "NAME VALUE | -listen NAME", "campaign for leadership, or watch who leads", electHelp)

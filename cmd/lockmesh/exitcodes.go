@@ -13,8 +13,8 @@ import (
 const (
 	exitOK          = 0
 	exitError       = 1  // a request the mesh refused (a voter change not allowed, ...)
-	exitUsage       = 64 // bad flags or arguments, including -n > 1 (not supported yet)
-	exitUnsupported = 65 // the agent cannot do this yet (elect, locks)
+	exitUsage       = 64 // bad flags or arguments, an -n the key's other users do not give
+	exitUnsupported = 65 // the agent, or its mesh mid-upgrade, cannot do this (elect, locks, -n)
 	exitUnavailable = 69 // the agent could not be reached, or no majority of the voters answered
 	exitTimeout     = 75 // lock, elect: not acquired within -timeout (someone else held it)
 	exitLost        = 76 // lock: the lease was lost while CMD ran, and CMD was signalled; elect: leadership lost

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -64,6 +65,8 @@ granted, if any. With -json it prints the answer as a JSON object.`+inspectExit)
 		switch {
 		case *asJSON:
 			return printJSON(h)
+		case h.Held && len(h.Value) > 0:
+			fmt.Printf("%s: held by %s, token %d, value %q\n", h.Key, h.Node, h.Token, h.Value)
 		case h.Held:
 			fmt.Printf("%s: held by %s, token %d\n", h.Key, h.Node, h.Token)
 		case h.Token != 0:
@@ -78,11 +81,12 @@ granted, if any. With -json it prints the answer as a JSON object.`+inspectExit)
 
 func locksCommand() *command {
 	c := newCommand("locks", "[PREFIX]", "list the locks held", `
-Lists the locks held now whose keys start with PREFIX (all when none): one
-line per lock, "KEY NODE TOKEN". With -json a JSON array.
-
-Listing needs the mesh's lock listing, which is not in this build yet:
-until it is, locks exits 65 with a message saying so.`+inspectExit+`; 65 not supported yet`)
+Lists the locks held now whose keys start with PREFIX (all when none),
+mesh-wide, as a majority of the voters holds them: one line per lock,
+"KEY NODE TOKEN TIME-LEFT VALUE" (the value quoted, when there is one).
+An election is the lock of its name; a semaphore's slots are NAME#0 to
+NAME#(N-1). With -json a JSON array.`+inspectExit+`; 65 not supported
+(an agent of an earlier release, or an upgrade in progress)`)
 	c.interspersed = true
 	socket := c.socketFlag()
 	timeout := c.fs.Duration("timeout", defaultTimeout, "how long to wait for the answer")
@@ -104,7 +108,11 @@ until it is, locks exits 65 with a message saying so.`+inspectExit+`; 65 not sup
 		}
 		tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', 0)
 		for _, h := range r.Locks {
-			fmt.Fprintf(tw, "%s\t%s\t%d\n", h.Key, h.Node, h.Token)
+			value := ""
+			if len(h.Value) > 0 {
+				value = strconv.Quote(string(h.Value))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%v\t%s\n", h.Key, h.Node, h.Token, h.TimeLeft.Round(time.Millisecond), value)
 		}
 		return tw.Flush()
 	}

@@ -18,6 +18,12 @@ has it), runs CMD with LOCKMESH_KEY and LOCKMESH_TOKEN (the fencing token)
 added to its environment, releases the lock when CMD exits, and exits with
 CMD's status.
 
+With -n N (N > 1), KEY names a counting semaphore: up to N commands hold it
+at once, mesh-wide, each through one of N slots, KEY#0 to KEY#(N-1), each
+slot a lock of its own with its own fencing token. LOCKMESH_KEY is then the
+slot's key (the token is the slot's), LOCKMESH_SEMAPHORE is KEY, and every
+user of KEY must give the same N (a different one is refused: status 64).
+
 The lease lives in the agent, tied to this process's connection: if lock
 dies, the agent releases the key at once. lock keeps its own bound of the
 lease's deadline, never later than the real one, by asking the agent every
@@ -39,8 +45,10 @@ On Linux CMD also gets SIGKILL if lock dies; processes CMD started are not
 covered by that, and run on unlocked. When CMD exits after a loss, the rest
 of its process group is SIGKILLed too.
 
-exit status: CMD's (128+N if a signal N killed it); 64 usage error,
-including -n other than 1 (not supported yet); 69 the agent could not be
+exit status: CMD's (128+N if a signal N killed it); 64 usage error
+(including an -n that another user of KEY does not give); 65 the agent, or
+a node of its mesh, cannot do it yet (-n on an earlier release); 69 the
+agent could not be
 reached, or no majority of the voters answered; 75 the lock was not
 acquired within -timeout; 76 the lease was lost while CMD ran (CMD was
 signalled); 126 CMD could not be run; 127 CMD was not found; 128+N a
@@ -50,7 +58,7 @@ func lockCommand() *command {
 	c := newCommand("lock", "KEY -- CMD [ARG...]", "run a command while holding a lock", lockHelp)
 	socket := c.socketFlag()
 	ttl := c.fs.Duration("ttl", 0, "lease TTL (default: the agent's -ttl); at most the agent's -max-ttl")
-	n := c.fs.Int("n", 1, "holders allowed at once (only 1 is supported yet)")
+	n := c.fs.Int("n", 1, "holders allowed at once: KEY is a semaphore of N slots when N > 1")
 	timeout := c.fs.Duration("timeout", 0, "give up when the lock is not acquired within this long (0: wait for ever)")
 	grace := c.fs.Duration("grace", 2*time.Second, "time between SIGTERM and SIGKILL when the lease is lost; cut short to end before the deadline")
 	verbose := c.fs.Bool("v", false, "say on stderr when the lock is acquired and released")
@@ -58,22 +66,26 @@ func lockCommand() *command {
 		switch {
 		case len(args) < 3 || args[1] != "--":
 			return c.usageError("want KEY -- CMD [ARG...] (flags go before KEY)")
-		case *n > 1:
-			return c.usageError("-n %d: more than one holder at once is not supported yet", *n)
-		case *n < 1:
-			return c.usageError("-n %d: want 1", *n)
+		case *n < 1 || *n > maxHolders:
+			return c.usageError("-n %d: want 1 to %d", *n, maxHolders)
 		case *ttl < 0 || *timeout < 0 || *grace <= 0:
 			return c.usageError("-ttl and -timeout must not be negative, -grace must be positive")
 		}
-		l := &locker{socket: *socket, key: args[0], argv: args[2:], ttl: *ttl, timeout: *timeout, grace: *grace, verbose: *verbose}
+		l := &locker{socket: *socket, key: args[0], n: *n, argv: args[2:], ttl: *ttl, timeout: *timeout, grace: *grace, verbose: *verbose}
 		return l.run()
 	}
 	return c
 }
 
+// maxHolders bounds -n (quorum.MaxSemaphore: an acquire may look at every
+// slot).
+const maxHolders = 256
+
 // locker is one run of lock.
 type locker struct {
 	socket, key  string
+	n            int    // holders at once (a semaphore when > 1)
+	slot         string // the key of the semaphore's slot held
 	argv         []string
 	ttl, timeout time.Duration
 	grace        time.Duration
@@ -134,7 +146,7 @@ func (l *locker) acquire() (ttl, notice time.Duration, err error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, err := l.cl.call(ctx, request{Op: opAcquire, Key: l.key, TTL: int64(l.ttl), Timeout: int64(l.timeout), N: 1})
+		r, err := l.cl.call(ctx, request{Op: opAcquire, Key: l.key, TTL: int64(l.ttl), Timeout: int64(l.timeout), N: l.n})
 		done <- result{r, err}
 	}()
 	var res result
@@ -154,7 +166,7 @@ func (l *locker) acquire() (ttl, notice time.Duration, err error) {
 	case res.err != nil:
 		return 0, 0, failAPI(l.key, res.err)
 	}
-	l.token = res.r.Token
+	l.token, l.slot = res.r.Token, res.r.Key
 	ttl, notice = time.Duration(res.r.TTL), time.Duration(res.r.Notice)
 	// The bound starts from a question asked now: the acquire may have
 	// been asked long before the grant (see supervise.go).
@@ -175,7 +187,10 @@ func (l *locker) acquire() (ttl, notice time.Duration, err error) {
 // start runs CMD in its own process group.
 func (l *locker) start() error {
 	cmd := exec.Command(l.argv[0], l.argv[1:]...)
-	cmd.Env = append(os.Environ(), "LOCKMESH_KEY="+l.key, "LOCKMESH_TOKEN="+strconv.FormatUint(l.token, 10))
+	cmd.Env = append(os.Environ(), "LOCKMESH_KEY="+l.slot, "LOCKMESH_TOKEN="+strconv.FormatUint(l.token, 10))
+	if l.n > 1 {
+		cmd.Env = append(cmd.Env, "LOCKMESH_SEMAPHORE="+l.key)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {

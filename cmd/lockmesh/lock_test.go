@@ -125,16 +125,15 @@ func TestLockExitStatuses(t *testing.T) {
 		{"no --", []string{"lock", "-socket", sock, "k", "true"}, exitUsage, "want KEY -- CMD"},
 		{"flag after KEY", []string{"lock", "-socket", sock, "k", "-ttl", "1s", "--", "true"}, exitUsage, "flags go before KEY"},
 		{"bad flag", []string{"lock", "-frobnicate", "k", "--", "true"}, exitUsage, "frobnicate"},
-		{"-n 2", []string{"lock", "-socket", sock, "-n", "2", "k", "--", "true"}, exitUsage, "not supported yet"},
+		{"-n 0", []string{"lock", "-socket", sock, "-n", "0", "k", "--", "true"}, exitUsage, "want 1 to"},
 		{"TTL out of range", []string{"lock", "-socket", sock, "-ttl", "1h", "k", "--", "true"}, exitUsage, "TTL"},
 		{"no agent", []string{"lock", "-socket", filepath.Join(t.TempDir(), "none.sock"), "k", "--", "true"}, exitUnavailable, "cannot reach the agent"},
 		{"timeout", []string{"lock", "-socket", sock, "-timeout", "300ms", "held", "--", "echo", "ran"}, exitTimeout, "held by b"},
 		{"not found", []string{"lock", "-socket", sock, "k", "--", "/no/such/command"}, exitNotFound, "no such file"},
 		{"not executable", []string{"lock", "-socket", sock, "k", "--", notExec}, exitCannotRun, "permission denied"},
 		{"unknown command", []string{"frobnicate"}, exitUsage, "unknown command"},
-		{"elect", []string{"elect", "-socket", sock, "leader", "me"}, exitUnsupported, "not supported yet"},
-		{"elect -listen", []string{"elect", "-socket", sock, "-listen", "leader"}, exitUnsupported, "not supported yet"},
-		{"locks", []string{"locks", "-socket", sock}, exitUnsupported, "not supported yet"},
+		{"elect without VALUE", []string{"elect", "-socket", sock, "leader"}, exitUsage, "want NAME VALUE"},
+		{"elect timeout", []string{"elect", "-socket", sock, "-timeout", "300ms", "held", "me"}, exitTimeout, "held by b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := lockmesh(t, tc.args...)

@@ -96,7 +96,8 @@ func sharedCluster(t *testing.T) []*agentProc {
 		}
 		var seed string
 		for _, name := range []string{"a", "b", "c"} {
-			args := []string{"-voters", "a,b,c", "-http", "127.0.0.1:0"}
+			// Data dirs: voter changes (TestVoterChanges) need them.
+			args := []string{"-voters", "a,b,c", "-http", "127.0.0.1:0", "-data-dir", filepath.Join(shared.dir, name+".data")}
 			if seed != "" {
 				args = append(args, "-seeds", seed)
 			}

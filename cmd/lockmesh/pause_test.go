@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -24,7 +25,8 @@ func extraAgent(t *testing.T, name string) *agentProc {
 	t.Helper()
 	ag := sharedCluster(t)
 	name = fmt.Sprintf("%s%d", name, extraAgents.Add(1)) // a name joins the mesh once
-	a, err := startAgent(binary(t), t.TempDir(), name, "-seeds", ag[0].gossip)
+	dir := t.TempDir()
+	a, err := startAgent(binary(t), dir, name, "-seeds", ag[0].gossip, "-data-dir", filepath.Join(dir, "data"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,14 +21,15 @@ const (
 // takes (fields after them being optional).
 const (
 	ballotFields     = 3
-	valueFields      = 6 // 7 with a voter configuration (the configuration register's value)
+	valueFields      = 6 // 7 with a voter configuration (the configuration register's value), 8 with Data
 	membershipFields = 6
 	joinedFields     = 2
-	opFields         = 8
+	opFields         = 8 // 9 with Observe
 	requestFields    = 4
 	resultFields     = 9 // the ninth is reserved: written 0, read as anything
 	responseFields   = 5 // 6 with the acceptor's configuration
-	notifyFields     = 5
+	notifyFields     = 5 // 6 with Changes
+	changeFields     = 4
 )
 
 func (e *encoder) ballot(b quorum.Ballot) {
@@ -39,15 +40,20 @@ func (e *encoder) ballot(b quorum.Ballot) {
 	e.end()
 }
 
-// value encodes v; the configuration register's value has a seventh field.
-// A field added after it must write nil there when v.Config is nil.
+// value encodes v; the configuration register's value has a seventh field,
+// and a held value with Data (version 3) an eighth, the seventh then nil
+// when absent. An encoder for a node of an earlier version (noData) leaves
+// Data out.
 func (e *encoder) value(v quorum.Value) {
-	optional := v.Config != nil || e.later > 0
-	if optional {
-		e.fields(valueFields + 1)
-	} else {
-		e.fields(valueFields)
+	data := v.Data != "" && !e.noData
+	n := valueFields
+	switch {
+	case data || e.later > 0:
+		n = valueFields + 2
+	case v.Config != nil:
+		n = valueFields + 1
 	}
+	e.fields(n)
 	e.bool(v.Held)
 	e.str(string(v.Holder))
 	e.uint(v.HolderInc)
@@ -57,8 +63,11 @@ func (e *encoder) value(v quorum.Value) {
 	switch {
 	case v.Config != nil:
 		e.membership(v.Config)
-	case optional:
+	case n > valueFields:
 		e.b = append(e.b, 0xc0) // nil
+	}
+	if n > valueFields+1 {
+		e.bin(v.Data)
 	}
 	e.end()
 }
@@ -114,7 +123,11 @@ func (e *encoder) request(r *quorum.Request) {
 	e.array(len(r.Ops))
 	for i := range r.Ops {
 		op := &r.Ops[i]
-		e.fields(opFields)
+		if op.Observe != 0 && !e.noData {
+			e.fields(opFields + 1)
+		} else {
+			e.fields(opFields)
+		}
 		e.uint(op.ID)
 		e.uint(uint64(op.Kind))
 		e.str(op.Key)
@@ -122,6 +135,7 @@ func (e *encoder) request(r *quorum.Request) {
 		e.uint(op.Inc)
 		e.value(op.Value)
 		e.ballot(op.Next)
+		observe := op.Observe != 0 && !e.noData
 		var flags uint64
 		if op.Watch {
 			flags |= flagWatch
@@ -133,6 +147,9 @@ func (e *encoder) request(r *quorum.Request) {
 			flags |= flagMigrate
 		}
 		e.uint(flags)
+		if observe {
+			e.duration(op.Observe)
+		}
 		e.end()
 	}
 	e.end()
@@ -141,6 +158,22 @@ func (e *encoder) request(r *quorum.Request) {
 // EncodeResponse encodes a response as a transport body (KindResponse).
 func EncodeResponse(r *quorum.Response) []byte {
 	e := encoder{b: make([]byte, 0, 64+64*len(r.Results))}
+	e.response(r)
+	return e.b
+}
+
+// EncodeRequestFor and EncodeResponseFor encode for a node that speaks
+// protocol version v: before Version3, without lease values and
+// observations, which such a node would skip or refuse (the mesh does not
+// send it operations that need them).
+func EncodeRequestFor(r *quorum.Request, v int) []byte {
+	e := encoder{b: make([]byte, 0, 64+96*len(r.Ops)), noData: v < Version3}
+	e.request(r)
+	return e.b
+}
+
+func EncodeResponseFor(r *quorum.Response, v int) []byte {
+	e := encoder{b: make([]byte, 0, 64+64*len(r.Results)), noData: v < Version3}
 	e.response(r)
 	return e.b
 }
@@ -190,7 +223,12 @@ func EncodeNotify(n *quorum.Notify) []byte {
 
 func (e *encoder) notify(n *quorum.Notify) {
 	e.b = append(e.b, KindNotify)
-	e.fields(notifyFields)
+	changes := len(n.Changes) > 0 && !e.noData
+	if changes {
+		e.fields(notifyFields + 1)
+	} else {
+		e.fields(notifyFields)
+	}
 	e.uint(n.Config)
 	e.str(string(n.From))
 	e.str(string(n.To))
@@ -201,6 +239,18 @@ func (e *encoder) notify(n *quorum.Notify) {
 	e.array(len(n.Promised))
 	for _, c := range n.Promised {
 		e.uint(c)
+	}
+	if changes {
+		e.array(len(n.Changes))
+		for i := range n.Changes {
+			c := &n.Changes[i]
+			e.fields(changeFields)
+			e.str(c.Key)
+			e.ballot(c.Accepted)
+			e.value(c.Value)
+			e.duration(c.Remaining)
+			e.end()
+		}
 	}
 	e.end()
 }
@@ -221,7 +271,10 @@ func (d *decoder) value() quorum.Value {
 	if n > valueFields && !d.isNil() {
 		v.Config = d.membership()
 	}
-	d.rest(n, valueFields+1)
+	if n > valueFields+1 {
+		v.Data = d.bin(d.maxValue)
+	}
+	d.rest(n, valueFields+2)
 	return v
 }
 
@@ -270,7 +323,7 @@ func (l Limits) DecodeRequest(body []byte) (*quorum.Request, error) {
 	if len(body) == 0 || body[0] != KindRequest {
 		return nil, fmt.Errorf("%w: not a request", ErrMalformed)
 	}
-	d := decoder{b: body[1:]}
+	d := decoder{b: body[1:], maxValue: l.maxValue()}
 	fields := d.fields(requestFields)
 	r := &quorum.Request{Config: d.uint(), From: d.name(), To: d.name()}
 	n := d.list(l.MaxOps)
@@ -290,7 +343,10 @@ func (l Limits) DecodeRequest(body []byte) (*quorum.Request, error) {
 		op.Next = d.ballot()
 		flags := d.uint()
 		op.Watch, op.IfFree, op.Migrate = flags&flagWatch != 0, flags&flagIfFree != 0, flags&flagMigrate != 0
-		d.rest(f, opFields)
+		if f > opFields {
+			op.Observe = d.duration()
+		}
+		d.rest(f, opFields+1)
 	}
 	d.rest(fields, requestFields)
 	if err := d.done("request"); err != nil {
@@ -307,7 +363,7 @@ func (l Limits) DecodeResponse(body []byte) (*quorum.Response, error) {
 	if len(body) == 0 || body[0] != KindResponse {
 		return nil, fmt.Errorf("%w: not a response", ErrMalformed)
 	}
-	d := decoder{b: body[1:]}
+	d := decoder{b: body[1:], maxValue: l.maxValue()}
 	fields := d.fields(responseFields)
 	r := &quorum.Response{Config: d.uint(), From: d.name(), Inc: d.uint(), Status: quorum.Status(d.uint())}
 	n := d.list(l.MaxOps)
@@ -346,7 +402,7 @@ func (l Limits) DecodeNotify(body []byte) (*quorum.Notify, error) {
 	if len(body) == 0 || body[0] != KindNotify {
 		return nil, fmt.Errorf("%w: not a notification", ErrMalformed)
 	}
-	d := decoder{b: body[1:]}
+	d := decoder{b: body[1:], maxValue: l.maxValue()}
 	fields := d.fields(notifyFields)
 	n := &quorum.Notify{Config: d.uint(), From: d.name(), To: d.name()}
 	k := d.list(l.MaxKeys)
@@ -357,7 +413,20 @@ func (l Limits) DecodeNotify(body []byte) (*quorum.Notify, error) {
 	for i := 0; i < k && d.err == nil; i++ {
 		n.Promised = append(n.Promised, d.uint())
 	}
-	d.rest(fields, notifyFields)
+	if fields > notifyFields {
+		k = d.list(l.MaxKeys)
+		d.fits(k, minChangeBytes)
+		if d.err == nil && k > 0 {
+			n.Changes = make([]quorum.Change, 0, k)
+		}
+		for i := 0; i < k && d.err == nil; i++ {
+			f := d.fields(changeFields)
+			c := quorum.Change{Key: d.key(l.MaxKeyLen), Accepted: d.ballot(), Value: d.value(), Remaining: d.duration()}
+			d.rest(f, changeFields)
+			n.Changes = append(n.Changes, c)
+		}
+	}
+	d.rest(fields, notifyFields+1)
 	if err := d.done("notification"); err != nil {
 		return nil, err
 	}

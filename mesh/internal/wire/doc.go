@@ -10,12 +10,14 @@
 //
 // # Versions
 //
-// The format has protocol versions (Version1, Version2; versions.go says
+// The format has protocol versions (Version1 to Version3; versions.go says
 // what each is). A node speaks the range Supported; two nodes use the
 // highest version both speak, and a sender leaves out what the receiver's
 // version lacks (the mesh strips OpUnwatch from requests to a node of
-// version 1). A node learns a peer's range from the peer's gossip metadata
-// and transport hello; one that says nothing of it is of version 1.
+// version 1, and lease values and observations from anything it sends a
+// node of version 1 or 2: EncodeRequestFor, EncodeResponseFor). A node
+// learns a peer's range from the peer's gossip metadata and transport
+// hello; one that says nothing of it is of version 1.
 //
 // # Growing the format
 //

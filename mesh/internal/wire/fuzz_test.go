@@ -98,6 +98,11 @@ func sampleRequests() []quorum.Request {
 		{Config: 1, From: "a", To: "b", Ops: []quorum.Op{{ID: 1, Kind: quorum.OpPrepare, Key: "k", Ballot: sampleBallot(1, "a"), Watch: true, IfFree: true}}},
 		{Config: 1 << 63, From: quorum.NodeID(strings.Repeat("n", 255)), To: "b", Ops: []quorum.Op{{ID: 1 << 40, Kind: quorum.OpPeek, Key: strings.Repeat("k", 512)}}},
 		{Config: 3, From: "a", To: "b", Ops: []quorum.Op{{ID: 2, Kind: quorum.OpAccept, Key: "ключ", Ballot: sampleBallot(300, "a"), Inc: 5, Value: sampleValue(false)}}},
+		// Version 3: a value with data, an observing peek.
+		{Config: 4, From: "a", To: "b", Ops: []quorum.Op{
+			{ID: 3, Kind: quorum.OpAccept, Key: "leader/api", Ballot: sampleBallot(301, "a"), Inc: 5, Value: sampleValueData()},
+			{ID: 4, Kind: quorum.OpPeek, Key: "leader/api", Observe: 30 * time.Second},
+		}},
 		batch,
 	}
 }
@@ -112,6 +117,7 @@ func sampleResponses() []quorum.Response {
 	return []quorum.Response{
 		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusWrongConfig},
 		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusRecovering, Results: []quorum.Result{{ID: 1, Reason: quorum.ReasonNoVote}}},
+		{Config: 2, From: "b", Inc: 1, Results: []quorum.Result{{ID: 2, OK: true, Accepted: sampleBallot(4, "a"), Value: sampleValueData(), Remaining: time.Second}}},
 		batch,
 	}
 }
@@ -121,7 +127,19 @@ func sampleNotifies() []quorum.Notify {
 		{Config: 1, From: "b", To: "a", Keys: []string{"k"}, Promised: []uint64{3}},
 		{Config: 1 << 62, From: "node-2", To: "node-1", Keys: []string{"a", "b", strings.Repeat("c", 512)}, Promised: []uint64{0, 1, 1 << 63}},
 		{Config: 5, From: "b", To: "a"},
+		{Config: 6, From: "b", To: "a", Changes: []quorum.Change{
+			{Key: "leader/api", Accepted: sampleBallot(9, "a"), Value: sampleValueData(), Remaining: 9 * time.Second},
+			{Key: "jobs#0", Accepted: sampleBallot(10, "c"), Value: sampleValue(false)},
+		}},
 	}
+}
+
+// sampleValueData is a held value with data (version 3), bytes of every
+// kind.
+func sampleValueData() quorum.Value {
+	v := sampleValue(true)
+	v.Data = "10.0.0.7:8443\x00\xff\xfe"
+	return v
 }
 
 func FuzzDecodeRequest(f *testing.F) {

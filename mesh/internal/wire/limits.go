@@ -26,17 +26,34 @@ var ErrMalformed = errors.New("mesh: malformed message")
 // Decoding failures that are limits, wrapped by the decoders' errors
 // (which also wrap ErrMalformed).
 var (
-	ErrTooManyOps = errors.New("too many operations or keys")
-	ErrKeyTooLong = errors.New("key too long")
-	ErrTooDeep    = errors.New("nested too deep")
+	ErrTooManyOps    = errors.New("too many operations or keys")
+	ErrKeyTooLong    = errors.New("key too long")
+	ErrTooDeep       = errors.New("nested too deep")
+	ErrValueTooLarge = errors.New("lease value too large")
 )
 
 // Limits bound what one message may carry.
 type Limits struct {
 	MaxOps     int // operations per request, results per response
 	MaxKeyLen  int
-	MaxKeys    int // keys per notify
+	MaxKeys    int // keys and changes per notify
 	MaxEntries int // entries per catch-up reply
+	// MaxValueLen bounds a lease value (Value.Data); zero means
+	// DefaultMaxValueLen.
+	MaxValueLen int
+}
+
+// DefaultMaxValueLen is the default bound of a lease value, in bytes.
+const DefaultMaxValueLen = 1024
+
+// MaxPrefixLen bounds the key prefix of a listing (CatchUpRequest.Prefix).
+const MaxPrefixLen = 4096
+
+func (l Limits) maxValue() int {
+	if l.MaxValueLen > 0 {
+		return l.MaxValueLen
+	}
+	return DefaultMaxValueLen
 }
 
 const (
@@ -58,6 +75,9 @@ const (
 const (
 	MinOpBytes     = 24
 	MinResultBytes = 25
+	// minChangeBytes is the smallest change a notification carries: a
+	// one-byte key, a zero ballot, a free value, no remaining time.
+	minChangeBytes = 17
 	// MinEntryBytes is the smallest catch-up entry with a key: {"k":"x"}.
 	MinEntryBytes = 5
 )
@@ -122,6 +142,11 @@ func (l Limits) checkNotify(n *quorum.Notify) error {
 			return err
 		}
 	}
+	for i := range n.Changes {
+		if err := l.CheckKey(n.Changes[i].Key); err != nil {
+			return err
+		}
+	}
 	return CheckName(n.From)
 }
 
@@ -132,6 +157,9 @@ func (l Limits) checkCatchUpReply(r *quorum.CatchUpResponse) error {
 	for i := range r.Entries {
 		if err := l.CheckKey(r.Entries[i].Key); err != nil {
 			return err
+		}
+		if n := len(r.Entries[i].Value.Data); n > l.maxValue() {
+			return fmt.Errorf("%w: %w: a value of %d bytes (limit %d)", ErrMalformed, ErrValueTooLarge, n, l.maxValue())
 		}
 	}
 	return CheckName(r.From)

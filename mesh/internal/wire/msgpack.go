@@ -29,6 +29,9 @@ type encoder struct {
 	// version might: that many more fields, of assorted types, after every
 	// struct's own (see fields and end).
 	later int
+	// noData writes for a node of a version before 3: without Value.Data,
+	// Op.Observe and Notify.Changes, which it would skip or refuse.
+	noData bool
 }
 
 // fields writes the header of a struct's array of n fields.
@@ -99,6 +102,22 @@ func (e *encoder) bool(v bool) {
 	}
 }
 
+// bin encodes bytes, held in a string, as msgpack bin.
+func (e *encoder) bin(s string) {
+	n := len(s)
+	switch {
+	case n <= math.MaxUint8:
+		e.b = append(e.b, 0xc4, byte(n))
+	case n <= math.MaxUint16:
+		e.b = append(e.b, 0xc5)
+		e.b = binary.BigEndian.AppendUint16(e.b, uint16(n))
+	default:
+		e.b = append(e.b, 0xc6)
+		e.b = binary.BigEndian.AppendUint32(e.b, uint32(n))
+	}
+	e.b = append(e.b, s...)
+}
+
 func (e *encoder) str(s string) {
 	n := len(s)
 	switch {
@@ -123,6 +142,8 @@ type decoder struct {
 	// names remembers the node names of this message: a batch names the
 	// same few nodes thousands of times, and each would cost an allocation.
 	names [4]string
+	// maxValue bounds Value.Data (Limits.MaxValueLen).
+	maxValue int
 }
 
 func (d *decoder) fail(format string, args ...any) {
@@ -378,6 +399,36 @@ func (d *decoder) str(limit int) string {
 	}
 	if n > limit {
 		d.fail("string of %d bytes (limit %d)", n, limit)
+		return ""
+	}
+	if !d.need(n) {
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// bin reads msgpack bin of at most limit bytes, as a string.
+func (d *decoder) bin(limit int) string {
+	c := d.byte()
+	var n int
+	switch c {
+	case 0xc4:
+		n = int(d.big(1))
+	case 0xc5:
+		n = int(d.big(2))
+	case 0xc6:
+		n = int(d.big(4))
+	default:
+		d.fail("bin expected, found 0x%02x", c)
+		return ""
+	}
+	if d.err != nil {
+		return ""
+	}
+	if n > limit {
+		d.fail("%w: a value of %d bytes (limit %d)", ErrValueTooLarge, n, limit)
 		return ""
 	}
 	if !d.need(n) {

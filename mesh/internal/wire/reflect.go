@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 	"github.com/lockmesh/lockmesh/quorum"
@@ -65,6 +66,9 @@ func DecodeCatchUp(body []byte) (*quorum.CatchUpRequest, error) {
 	}
 	if err := CheckName(req.From); err != nil {
 		return nil, err
+	}
+	if len(req.Prefix) > MaxPrefixLen || !utf8.ValidString(req.Prefix) {
+		return nil, fmt.Errorf("%w: a listing prefix of %d bytes, or not UTF-8", ErrMalformed, len(req.Prefix))
 	}
 	return req, nil
 }

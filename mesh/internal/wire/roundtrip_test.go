@@ -261,8 +261,8 @@ func TestRefusesShortStructsAndBadSkips(t *testing.T) {
 	if _, err := testLimits.DecodeNotify(short); err == nil || !strings.Contains(err.Error(), "at least 5") {
 		t.Errorf("a notification of four fields: %v", err)
 	}
-	base := []byte{0x01, 0xa1, 'b', 0xa1, 'a', 0x90, 0x90}
-	deep := append([]byte{KindNotify, 0x96}, base...)
+	base := []byte{0x01, 0xa1, 'b', 0xa1, 'a', 0x90, 0x90, 0x90} // six fields: no keys, ballots or changes
+	deep := append([]byte{KindNotify, 0x97}, base...)
 	for range maxSkipDepth + 2 {
 		deep = append(deep, 0x91)
 	}
@@ -271,7 +271,7 @@ func TestRefusesShortStructsAndBadSkips(t *testing.T) {
 		t.Errorf("a later field nested %d deep: %v", maxSkipDepth+2, err)
 	}
 	for _, tail := range [][]byte{{0xdb, 0xff, 0xff, 0xff, 0xff}, {0xdd, 0xff, 0xff, 0xff, 0xff}, {0xc9, 0, 0, 0, 9, 1}, {0xc1}, {0xcf, 1}} {
-		b := append(append([]byte{KindNotify, 0x96}, base...), tail...)
+		b := append(append([]byte{KindNotify, 0x97}, base...), tail...)
 		if _, err := testLimits.DecodeNotify(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("a later field % x: %v", tail, err)
 		}
@@ -290,6 +290,11 @@ func TestSmallestEncodings(t *testing.T) {
 	one = len(EncodeResponse(&quorum.Response{Results: make([]quorum.Result, 1)}))
 	if one-none != MinResultBytes {
 		t.Errorf("a zero result takes %d bytes, MinResultBytes is %d", one-none, MinResultBytes)
+	}
+	none = len(EncodeNotify(&quorum.Notify{Changes: []quorum.Change{{Key: "x"}}}))
+	two := len(EncodeNotify(&quorum.Notify{Changes: []quorum.Change{{Key: "x"}, {}}}))
+	if two-none < minChangeBytes {
+		t.Errorf("a zero change takes %d bytes, minChangeBytes is %d", two-none, minChangeBytes)
 	}
 	e1, _ := Encode(KindCatchUpReply, &quorum.CatchUpResponse{})
 	e2, _ := Encode(KindCatchUpReply, &quorum.CatchUpResponse{Entries: []quorum.Entry{{Key: "x"}}})

@@ -30,9 +30,21 @@ const (
 	// settings (Settings) in the transport hello, both ways, and in gossip
 	// metadata.
 	Version2 = 2
+	// Version3 adds lease values and observed keys: Value's eighth field,
+	// Data (the holder's value, msgpack bin; the seventh, the voter
+	// configuration, is then written as nil when absent); Op's ninth,
+	// Observe (a peek that registers its sender for pushes); Notify's
+	// sixth, Changes (what a voter holds for keys the addressee
+	// observes); and catch-up requests that list the held keys with their
+	// values (CatchUpRequest.Holders, Prefix). Each is written only when
+	// it says something, and never to a node of an earlier version: such
+	// a node would skip (version 2) or refuse (version 1) the field, and
+	// one that skipped a value would write the grant back without it.
+	// See the mesh's settings.go for what a mesh of mixed versions does.
+	Version3 = 3
 
 	MinVersion = Version1
-	MaxVersion = Version2
+	MaxVersion = Version3
 )
 
 // Range is a span of protocol versions, Min to Max inclusive.

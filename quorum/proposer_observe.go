@@ -1,0 +1,458 @@
+package quorum
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Observing a key: the proposer registers with every voter (a peek with
+// Op.Observe), and the voters push what they hold whenever it changes
+// (observe_voter.go). A push is one voter's word, and an accept at one
+// voter is not a decision, so the proposer keeps the latest report of each
+// voter and reports a state (a KeyChange) only when the voters settle it:
+//
+//   - a majority reports one accepted ballot, and the highest ballot any
+//     voter reports shows the same holder, token, value and freedom: that
+//     value was chosen, and nothing newer is known (a renewal in flight
+//     changes none of it); or
+//   - every voter that reported shows what was last reported, and they
+//     are a majority.
+//
+// Reports that do not settle (an accept that reached a minority: a
+// proposer crashed, messages were lost, a voter is down) are given a round
+// timeout for the other pushes to arrive, then the proposer reads the key
+// (a linearizable read: a majority's agreement, or a write-back that makes
+// the highest value chosen) and reports what the read found.
+//
+// A held value is live until a majority of voters report that their
+// timer of that grant has run out (each pushes when it does): every
+// majority that accepted the lease's latest period includes one of them,
+// whose timer outlasts the holder's deadline.
+//
+// States are reported in order: a later state of another content has a
+// higher ballot, and a state of the same content only goes from live to
+// not live (or back to live by a later ballot: a renewal that landed
+// late). States in between may be skipped; the last one is never stale
+// for long: every change is pushed by the voters that accept it, and lost
+// pushes are made good by registering again, every refresh interval and a
+// round timeout after a held lease should have run out.
+//
+// Registrations expire at the voters (three refresh intervals after the
+// last), so a node that forgets to unobserve costs them little.
+
+// KeyChange is a state of an observed key as a majority of voters holds it.
+type KeyChange struct {
+	Key string
+	// Value is the register's value: free, or held by Holder (HolderInc)
+	// under Epoch, with the holder's Data.
+	Value Value
+	// Live: Value is held and no majority of voters reports its lease's
+	// timer run out.
+	Live bool
+	// Ballot orders the states of a key: a state of another content comes
+	// with a higher one.
+	Ballot Ballot
+	// Remaining is the longest time a voter reported the lease still had
+	// to run, on its own clock, when it reported (zero if not live).
+	Remaining time.Duration
+	// Round is the registration round (Proposer.Observe) that this state is
+	// at least as new as: a majority answered it, or a read began after it
+	// was sent.
+	Round uint64
+}
+
+// observation is one observed key at this proposer.
+type observation struct {
+	key     string
+	refresh time.Duration
+	cfg     uint64 // the configuration of reports and registrations
+	reports map[NodeID]obsReport
+
+	round    uint64          // registration rounds sent
+	roundAt  time.Duration   // when the last one was sent
+	rids     [2]uint64       // wire ids of the last two rounds
+	answered map[NodeID]bool // voters that answered the last round
+	synced   uint64          // the last round a majority answered
+	syncFor  uint64          // report the state once a round this late settles it (0: no one waits)
+
+	emitted bool
+	last    KeyChange // the state last reported
+
+	read           *op           // a resolving read in flight
+	readRound      uint64        // the round when it began
+	unsettledSince time.Duration // zero while the reports settle the state
+	refreshAt      time.Duration // the next registration
+	checkAt        time.Duration // a round timeout after the held lease should have run out (zero: none)
+	gen            uint64        // timer generation
+}
+
+// obsReport is one voter's latest word on the key.
+type obsReport struct {
+	accepted  Ballot
+	value     Value
+	live      bool
+	remaining time.Duration
+	at        time.Duration // when it arrived, on this node's clock
+}
+
+// Observe starts observing key (or, if it is observed already, registers
+// again): states come through Ready as KeyChanges. It returns the round of
+// the registration it sends: the first KeyChange of that round or later is
+// at least as new as the key's state when Observe was called, and one is
+// reported even if nothing changed. refresh is how often the registration
+// is renewed (and the voters' word taken again); the voters drop it after
+// three.
+func (p *Proposer) Observe(key string, refresh time.Duration) (uint64, error) {
+	if key == "" || key[0] == 0 {
+		return 0, ErrBadKey
+	}
+	if refresh < p.cfg.RoundTimeout {
+		return 0, fmt.Errorf("%w: refresh %v below the round timeout %v", ErrBadOptions, refresh, p.cfg.RoundTimeout)
+	}
+	if p.observations == nil {
+		p.observations = make(map[string]*observation)
+		p.obsRounds = make(map[uint64]*observation)
+	}
+	o := p.observations[key]
+	if o == nil {
+		o = &observation{key: key, refresh: refresh, reports: make(map[NodeID]obsReport)}
+		p.observations[key] = o
+	}
+	o.refresh = min(o.refresh, refresh)
+	p.observeRound(o)
+	o.syncFor = o.round
+	return o.round, nil
+}
+
+// Unobserve stops observing key and tells the voters so.
+func (p *Proposer) Unobserve(key string) {
+	o := p.observations[key]
+	if o == nil {
+		return
+	}
+	delete(p.observations, key)
+	for _, rid := range o.rids {
+		delete(p.obsRounds, rid)
+	}
+	o.gen++
+	for i := range p.m.Voters {
+		p.push(i, Op{Kind: OpPeek, Key: key, Observe: 1}) // a registration that has already ended
+	}
+}
+
+// Observing is the number of keys this proposer observes.
+func (p *Proposer) Observing() int { return len(p.observations) }
+
+// observeRound registers with every voter again; the answers are reports.
+func (p *Proposer) observeRound(o *observation) {
+	now := p.clock.Now()
+	if o.cfg != p.m.ID {
+		// Another configuration: its voters know nothing of this
+		// observation, and the old ones' word no longer decides.
+		o.cfg = p.m.ID
+		clear(o.reports)
+		o.synced = 0
+	}
+	p.nextRID++
+	rid := p.nextRID
+	delete(p.obsRounds, o.rids[1])
+	o.rids[0], o.rids[1] = rid, o.rids[0]
+	p.obsRounds[rid] = o
+	o.round++
+	o.roundAt = now
+	o.answered = make(map[NodeID]bool, len(p.m.Voters))
+	for i := range p.m.Voters {
+		p.push(i, Op{ID: rid, Kind: OpPeek, Key: o.key, Observe: 3 * o.refresh})
+	}
+	o.refreshAt = now + o.refresh
+	p.armObserve(o)
+}
+
+// observeAnswer takes a voter's answer to a registration.
+func (p *Proposer) observeAnswer(o *observation, from NodeID, res *Result) {
+	if !res.OK || o.cfg != p.m.ID || !p.m.IsVoter(from) {
+		return
+	}
+	p.report(o, from, res.Accepted, res.Value, res.Remaining)
+	if res.ID == o.rids[0] && !o.answered[from] {
+		o.answered[from] = true
+		if len(o.answered) >= p.m.Majority() {
+			o.synced = o.round
+		}
+	}
+	p.evaluate(o)
+}
+
+// handleChanges takes a voter's pushes.
+func (p *Proposer) handleChanges(n *Notify) {
+	if !p.m.IsVoter(n.From) {
+		return
+	}
+	for i := range n.Changes {
+		c := &n.Changes[i]
+		o := p.observations[c.Key]
+		if o == nil || o.cfg != n.Config {
+			continue // no longer observed here: the registration lapses
+		}
+		p.report(o, n.From, c.Accepted, c.Value, c.Remaining)
+		p.evaluate(o)
+	}
+}
+
+// report keeps a voter's word unless it is older than what it said before.
+func (p *Proposer) report(o *observation, from NodeID, accepted Ballot, v Value, remaining time.Duration) {
+	if r, ok := o.reports[from]; ok && accepted.Less(r.accepted) {
+		return
+	}
+	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now()}
+}
+
+// evaluate reports the key's state if the voters settle it, and otherwise
+// arranges to find out.
+func (p *Proposer) evaluate(o *observation) {
+	if o.synced == 0 {
+		return // no majority has answered a registration yet
+	}
+	now := p.clock.Now()
+	st, ok := p.settle(o)
+	if !ok {
+		if o.unsettledSince == 0 {
+			o.unsettledSince = now
+		}
+		if (!o.emitted || o.syncFor != 0) && o.read == nil {
+			p.observeRead(o) // the first state, or one a subscriber waits for: at once
+		}
+		p.armObserve(o)
+		return
+	}
+	o.unsettledSince = 0
+	p.offer(o, st, o.synced)
+	p.armObserve(o)
+}
+
+// settle is the state the voters' reports settle, if they do.
+func (p *Proposer) settle(o *observation) (KeyChange, bool) {
+	q := p.m.Majority()
+	var (
+		hi      obsReport
+		present int
+		ballots [16]struct {
+			b Ballot
+			n int
+			v Value
+		}
+		nb int
+	)
+	for _, id := range p.m.Voters {
+		r, ok := o.reports[id]
+		if !ok {
+			continue
+		}
+		if present == 0 || hi.accepted.Less(r.accepted) {
+			hi = r
+		}
+		present++
+		found := false
+		for i := 0; i < nb; i++ {
+			if ballots[i].b == r.accepted {
+				ballots[i].n++
+				found = true
+			}
+		}
+		if !found && nb < len(ballots) {
+			ballots[nb].b, ballots[nb].n, ballots[nb].v = r.accepted, 1, r.value
+			nb++
+		}
+	}
+	var st KeyChange
+	chosen := -1
+	for i := 0; i < nb; i++ {
+		if ballots[i].n >= q && (chosen < 0 || ballots[chosen].b.Less(ballots[i].b)) {
+			chosen = i
+		}
+	}
+	switch {
+	case p.faults.observeHighest && present > 0:
+		st.Value, st.Ballot = hi.value, hi.accepted
+	case chosen >= 0 && sameContent(ballots[chosen].v, hi.value):
+		st.Value, st.Ballot = ballots[chosen].v, ballots[chosen].b
+	case o.emitted && present >= q && p.allShow(o, o.last.Value):
+		st.Value, st.Ballot = o.last.Value, o.last.Ballot
+	default:
+		return KeyChange{}, false
+	}
+	if st.Value.Held {
+		ended := 0
+		for _, id := range p.m.Voters {
+			if r, ok := o.reports[id]; ok && r.value.sameGrant(st.Value) {
+				if r.live {
+					st.Remaining = max(st.Remaining, r.remaining)
+				} else {
+					ended++
+				}
+			}
+		}
+		st.Live = ended < q
+		if !st.Live {
+			st.Remaining = 0
+		}
+	}
+	return st, true
+}
+
+// allShow reports whether every voter's report shows v's content.
+func (p *Proposer) allShow(o *observation, v Value) bool {
+	for _, id := range p.m.Voters {
+		if r, ok := o.reports[id]; ok && !sameContent(r.value, v) {
+			return false
+		}
+	}
+	return true
+}
+
+// offer reports st unless it is older than, or the same as, the state
+// reported last (a subscriber waiting for a round st is of gets it anyway).
+func (p *Proposer) offer(o *observation, st KeyChange, round uint64) {
+	sync := o.syncFor != 0 && round >= o.syncFor
+	if o.emitted {
+		same := sameContent(st.Value, o.last.Value)
+		switch {
+		case same && st.Live == o.last.Live:
+			if o.last.Ballot.Less(st.Ballot) {
+				o.last.Ballot = st.Ballot
+			}
+			if !sync {
+				return
+			}
+			st.Ballot = o.last.Ballot
+		case same && !st.Live:
+			// The lease ran out at a majority.
+			if st.Ballot.Less(o.last.Ballot) {
+				st.Ballot = o.last.Ballot
+			}
+		default:
+			// Another value, or the same lease live again (a renewal that
+			// landed after the timers ran out): only by a later ballot.
+			if !o.last.Ballot.Less(st.Ballot) {
+				return
+			}
+		}
+	}
+	st.Key, st.Round = o.key, round
+	o.last, o.emitted = st, true
+	if sync {
+		o.syncFor = 0
+	}
+	p.changes = append(p.changes, st)
+	p.armObserve(o)
+}
+
+// observeRead starts a linearizable read of the key, to settle what the
+// voters' reports do not.
+func (p *Proposer) observeRead(o *observation) {
+	id, err := p.Read(o.key, p.clock.Now()+3*p.cfg.RoundTimeout)
+	if err != nil {
+		return
+	}
+	x := p.ops[id]
+	if x == nil {
+		return
+	}
+	x.obs = o
+	o.read, o.readRound = x, o.round
+}
+
+// observeReadDone takes the result of a resolving read.
+func (p *Proposer) observeReadDone(o *observation, res OpResult) {
+	o.read = nil
+	if p.observations[o.key] != o {
+		return
+	}
+	now := p.clock.Now()
+	if res.Outcome == ReadDone {
+		st := KeyChange{Value: res.Value, Live: res.Live && res.Value.Held, Ballot: res.Accepted}
+		for _, r := range o.reports {
+			if r.live && r.value.sameGrant(st.Value) {
+				st.Remaining = max(st.Remaining, r.remaining)
+			}
+		}
+		if !st.Live {
+			st.Remaining = 0
+		}
+		p.offer(o, st, o.readRound)
+	}
+	if o.unsettledSince != 0 {
+		o.unsettledSince = now // the pushes the read caused settle it, or the next read
+	}
+	p.armObserve(o)
+}
+
+// armObserve sets the observation's timer for the next thing it must do:
+// register again, read to settle the reports, or look again after the
+// held lease should have run out.
+func (p *Proposer) armObserve(o *observation) {
+	if p.observations[o.key] != o {
+		return
+	}
+	rt := p.cfg.RoundTimeout
+	// A registration is not sent again before the last has had time to
+	// be answered.
+	o.checkAt = 0
+	if o.emitted && o.last.Live {
+		var latest time.Duration
+		for _, r := range o.reports {
+			if r.live && r.value.sameGrant(o.last.Value) {
+				latest = max(latest, r.at+time.Duration(float64(r.remaining)*(1+p.cfg.Drift)/(1-p.cfg.Drift)))
+			}
+		}
+		if latest > 0 {
+			o.checkAt = max(latest+rt, o.roundAt+2*rt)
+		}
+	}
+	if len(o.answered) < p.m.Majority() {
+		// The registration went unanswered (lost, or voters down): again
+		// soon, not a refresh interval later.
+		if o.checkAt == 0 || o.roundAt+2*rt < o.checkAt {
+			o.checkAt = o.roundAt + 2*rt
+		}
+	}
+	at := o.refreshAt
+	if o.checkAt != 0 && o.checkAt < at {
+		at = o.checkAt
+	}
+	if o.unsettledSince != 0 && o.read == nil && o.unsettledSince+rt < at {
+		at = o.unsettledSince + rt
+	}
+	at = max(at, p.clock.Now()+time.Millisecond) // time moves on between two looks
+	o.gen++
+	p.arm(timer{at: at, kind: timerObserve, ob: o, gen: o.gen})
+}
+
+// observeTimer runs the observation's timer.
+func (p *Proposer) observeTimer(o *observation, now time.Duration) {
+	switch {
+	case o.cfg != p.m.ID || now >= o.refreshAt || (o.checkAt != 0 && now >= o.checkAt):
+		p.observeRound(o)
+	case o.unsettledSince != 0 && o.read == nil && now >= o.unsettledSince+p.cfg.RoundTimeout:
+		p.observeRead(o)
+		p.armObserve(o)
+	default:
+		p.armObserve(o)
+	}
+}
+
+// observeAdopted registers every observation with the voters of a new
+// configuration.
+func (p *Proposer) observeAdopted(now time.Duration) {
+	keys := make([]string, 0, len(p.observations))
+	for k := range p.observations {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		o := p.observations[k]
+		o.refreshAt = now
+		p.armObserve(o)
+	}
+}

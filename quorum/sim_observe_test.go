@@ -1,0 +1,284 @@
+package quorum
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Observers in the simulator: with simConfig.Observe set, every node
+// observes every key of the run from each start, and the checker holds
+// what they report to the promises of proposer_observe.go:
+//
+//	O1 order: per observer life and key, a held token never goes down, and
+//	   a state of another content comes with a higher ballot (except across
+//	   the loss of a majority's state, after which registers may hold older
+//	   values than a majority had chosen: DESIGN §3.2);
+//	O2 truth: every held state names a grant its holder wrote;
+//	O3 freshness: with the mesh at rest at the end of the run (simConfig.
+//	   Quiet: no client acts, every lease released), every observer's last
+//	   state of every key is free, or held by no live lease.
+
+type obsLife struct {
+	node int
+	inc  uint64
+	key  string
+}
+
+type obsLog struct {
+	states []KeyChange
+	at     []time.Duration
+}
+
+// startObserving makes a node that has just started observe every key.
+func (s *sim) startObserving(n *simNode) {
+	if s.cfg.Observe == 0 {
+		return
+	}
+	for _, key := range s.observedKeys() {
+		if _, err := n.node.Observe(key, s.cfg.Observe); err != nil {
+			s.failf("%s observing %q: %v", n.id, key, err)
+		}
+	}
+}
+
+// observedKeys are the keys the run's clients use.
+func (s *sim) observedKeys() []string {
+	n := s.cfg.Keys
+	if s.cfg.Semaphore > 0 {
+		n = s.cfg.Semaphore + 1
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("k%d", i)
+		if s.cfg.Semaphore > 0 {
+			keys[i] = s.semaphore().Slot(i)
+		}
+	}
+	return keys
+}
+
+// observed checks O1 and O2 on a state an observer reported.
+func (k *simChecker) observed(n *simNode, ch KeyChange) {
+	s := k.s
+	s.tracef("%s observes %q: %v live=%v ballot %v round %d", n.id, ch.Key, ch.Value, ch.Live, ch.Ballot, ch.Round)
+	if k.obs == nil {
+		k.obs = make(map[obsLife]*obsLog)
+	}
+	life := obsLife{n.idx, n.inc, ch.Key}
+	log := k.obs[life]
+	if log == nil {
+		log = &obsLog{}
+		k.obs[life] = log
+	}
+	if last := len(log.states) - 1; last >= 0 && !slices.ContainsFunc(k.losses, func(t time.Duration) bool { return t >= log.at[last] }) {
+		prev := log.states[len(log.states)-1]
+		if held := lastHeldSince(log, k.losses); held != nil && ch.Value.Held && ch.Value.Epoch < held.Value.Epoch {
+			s.failf("O1: %s observed %q held under token %d after token %d", n.id, ch.Key, ch.Value.Epoch, held.Value.Epoch)
+		}
+		if !sameContent(prev.Value, ch.Value) && !prev.Ballot.Less(ch.Ballot) {
+			s.failf("O1: %s observed %q change from %v (ballot %v) to %v at ballot %v, not later", n.id, ch.Key,
+				prev.Value, prev.Ballot, ch.Value, ch.Ballot)
+		}
+	}
+	k.checkData(n, ch.Key, ch.Value, "observed state")
+	if ch.Value.Held {
+		w := writeKey{key: ch.Key, writer: holderName(ch.Value.Holder, ch.Value.HolderInc), held: true, epoch: ch.Value.Epoch}
+		if _, ok := k.wrote[w]; !ok {
+			s.failf("O2: %s observed %q held by %s under token %d, which its holder never wrote", n.id, ch.Key, w.writer, ch.Value.Epoch)
+		}
+	}
+	log.states = append(log.states, ch)
+	log.at = append(log.at, s.now)
+}
+
+// lastHeldSince is the last held state in log reported after the last
+// loss of a majority's state.
+func lastHeldSince(log *obsLog, losses []time.Duration) *KeyChange {
+	for i := len(log.states) - 1; i >= 0; i-- {
+		if slices.ContainsFunc(losses, func(t time.Duration) bool { return t >= log.at[i] }) {
+			return nil
+		}
+		if log.states[i].Value.Held {
+			return &log.states[i]
+		}
+	}
+	return nil
+}
+
+// finalObserved checks O3 at the end of a run that came to rest.
+func (k *simChecker) finalObserved() {
+	s := k.s
+	if s.cfg.Observe == 0 || s.cfg.Quiet == 0 || len(s.fail) > 0 {
+		return
+	}
+	for _, c := range k.allClients() {
+		if c.state != cIdle {
+			return // not at rest after all (a client still waits or holds): nothing to check
+		}
+	}
+	for _, n := range s.nodes {
+		if !n.up {
+			continue
+		}
+		for _, key := range s.observedKeys() {
+			log := k.obs[obsLife{n.idx, n.inc, key}]
+			if log == nil || len(log.states) == 0 {
+				s.failf("O3: %s (up since before the rest) never observed %q", n.id, key)
+				continue
+			}
+			last := log.states[len(log.states)-1]
+			k.obsFinal++
+			if last.Value.Held && last.Live {
+				s.failf("O3: at rest, every lease of %q released, %s's last observed state is %v (live, reported at %v)",
+					key, n.id, last.Value, log.at[len(log.at)-1])
+			}
+		}
+	}
+}
+
+func (k *simChecker) allClients() []*simClient {
+	var out []*simClient
+	for _, n := range k.s.nodes {
+		out = append(out, n.clients...)
+	}
+	return out
+}
+
+// observeConfig is a simulated run with observers and a quiet end.
+func observeConfig(seed int64, voters int) simConfig {
+	cfg := defaultSimConfig(seed, voters)
+	cfg.Observe = 300 * time.Millisecond
+	cfg.Quiet = 2 * time.Second
+	cfg.Updates = true
+	return cfg
+}
+
+// TestSimulationObserve runs seeded runs with every node observing every
+// key through every fault of TestSimulation, and checks O1 to O3 on top of
+// every other invariant.
+func TestSimulationObserve(t *testing.T) {
+	seeds := 40
+	switch {
+	case testing.Short():
+		seeds = 8
+	case raceEnabled:
+		seeds = 4
+	}
+	t.Parallel()
+	states, runs, final := 0, 0, 0
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		for _, v := range []int{3, 5} {
+			s := newSim(observeConfig(seed, v))
+			s.run()
+			runs++
+			final += s.check.obsFinal
+			for _, log := range s.check.obs {
+				states += len(log.states)
+			}
+			if len(s.fail) > 0 {
+				t.Fatal(failureReport(s))
+			}
+		}
+	}
+	if final == 0 {
+		t.Fatal("no run came to rest: O3 was never checked")
+	}
+	t.Logf("%d runs, %d observed states, %d last states checked at rest (O3)", runs, states, final)
+}
+
+// TestObserveSeesEveryChangeInOrder: clients on three nodes take a key in
+// turn, each change given time to settle; an observer on a node that
+// takes no part sees every grant, in order, with the key free between
+// them, and reports it free at the end — with messages lost and
+// duplicated too (then every state it does see is in order, and the last
+// is right).
+func TestObserveSeesEveryChangeInOrder(t *testing.T) {
+	for _, lossy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lossy=%v", lossy), func(t *testing.T) {
+			cfg := faultFree(1, 3, 3, 1, 1)
+			cfg.Observe = time.Second
+			if lossy {
+				cfg.Drop, cfg.Dup, cfg.HealAt = 0.1, 0.05, cfg.Duration
+			}
+			observer := 5
+			var granted []uint64
+			cfg.Script = func(s *sim) {
+				for i := 0; i < 12; i++ {
+					c := s.nodes[3+i%2].clients[0]
+					if i%3 == 2 {
+						c = s.nodes[0].clients[0]
+					}
+					s.at(500*time.Millisecond+time.Duration(i)*400*time.Millisecond, func() {
+						c.holdTime = 150 * time.Millisecond
+						c.acquire("k0", true, time.Second)
+						s.flush(c.n)
+					})
+				}
+			}
+			s := newSim(cfg)
+			s.run()
+			if len(s.fail) > 0 {
+				t.Fatal(failureReport(s))
+			}
+			for _, g := range s.check.grants["k0"] {
+				granted = append(granted, g.token)
+			}
+			n := s.nodes[observer]
+			log := s.check.obs[obsLife{n.idx, n.inc, "k0"}]
+			if log == nil {
+				t.Fatal("the observer reported nothing")
+			}
+			var seen []uint64
+			wasFree := true
+			for _, st := range log.states {
+				held := st.Value.Held && st.Live
+				if held && (len(seen) == 0 || seen[len(seen)-1] != st.Value.Epoch) {
+					if !wasFree && !lossy {
+						t.Errorf("token %d observed without the key free after token %d", st.Value.Epoch, seen[len(seen)-1])
+					}
+					seen = append(seen, st.Value.Epoch)
+				}
+				wasFree = !held
+			}
+			last := log.states[len(log.states)-1]
+			if last.Value.Held && last.Live {
+				t.Errorf("last observed state %v, but the key was released", last.Value)
+			}
+			if !slices.IsSorted(seen) {
+				t.Errorf("observed tokens out of order: %v", seen)
+			}
+			if !lossy && !slices.Equal(seen, granted) {
+				t.Errorf("observed grants %v, want every grant %v", seen, granted)
+			}
+			if len(granted) < 10 {
+				t.Errorf("only %d grants in the scenario", len(granted))
+			}
+			t.Logf("granted %v, observed %v in %d states", granted, seen, len(log.states))
+		})
+	}
+}
+
+// An observer that reports the highest value any voter pushed, agreed by a
+// majority or not: it reports grants that were never chosen, and a later
+// chosen state then takes the token back (O1), or, at rest, a grant that
+// never was (O3).
+func TestCheckerCatchesObserverTrustingOneVoter(t *testing.T) {
+	skipUnderRace(t)
+	t.Parallel()
+	for seed := int64(1); seed <= 40; seed++ {
+		for _, v := range []int{3, 5} {
+			cfg := observeConfig(seed, v)
+			cfg.Bug = "observe-highest"
+			s := newSim(cfg)
+			s.run()
+			if len(s.fail) > 0 && strings.HasPrefix(violation(s.fail[0]), "O") {
+				t.Logf("caught at seed %d, %d voters: %s", seed, v, firstLine(s.fail[0]))
+				return
+			}
+		}
+	}
+	t.Fatal("an observer trusting one voter never broke O1 to O3 in 40 seeds")
+}
