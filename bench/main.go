@@ -32,7 +32,7 @@ import (
 
 // allCases are the cases in the order they run and print.
 var allCases = []string{
-	"floor", "lockmesh", "lockmesh-procs", "lockmesh5", "lockmesh7",
+	"floor", "lockmesh", "lockmesh-disk", "lockmesh-procs", "lockmesh5", "lockmesh7",
 	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",
 	"renewal", "crash",
 }
