@@ -72,13 +72,36 @@
 // /readyz and /status for probes. Restart voters one at a time, each once
 // the one before is ready again, and a majority keeps voting throughout.
 //
+// # Beyond a mutex
+//
+// The same leases make the rest, each with a fencing token, a deadline and
+// a loss notice. A holder publishes a small value with WithValue (at most
+// Config.MaxValueSize bytes) and changes it with Lease.SetValue; Holder,
+// Watch, Locks and Leader report it. An election is the lock of its name:
+// Campaign waits in turn and returns a Leadership, Leader reads who leads,
+// Observe streams every change of leader, and RunElection runs
+// OnStartedLeading under a ctx that ends before another node can lead.
+// Watch streams a key's holders as the voters push each change (one push
+// message per voter per watching node per change); Locks lists the locks
+// held under a prefix. AcquireSemaphore takes one of n slots, each a lock
+// of its own with its own token.
+//
+//	lead, err := m.Campaign(ctx, "scheduler", []byte(addr)) // on each candidate
+//	run(lead.Context(), lead.Token())                       // ends before another leads
+//	leaders, err := m.Observe(ctx, "scheduler")             // on any node
+//	for l := range leaders { log.Print(l.Node, l.Value) }
+//
 // # Errors
 //
 // Callers can tell apart: ErrLocked (a *LockedError names the holder;
 // ErrAlreadyHeld when it is this node), ErrNoQuorum (too few voters
 // answered: nothing is known to be held), ErrLeaseLost, ErrReleased,
 // ErrClosed, ErrInvalidKey, ErrInvalidConfig, ErrNoVoters, ErrNotReady
-// (WaitReady), and for voter changes ErrUnknownNode and ErrBadVoterChange.
+// (WaitReady), and for voter changes ErrUnknownNode and ErrBadVoterChange;
+// a *CancelledError when an acquire's ctx ends first (whether a grant may
+// have happened, and was given back); ErrValueTooLarge, ErrNoLeader,
+// ErrSemaphoreMismatch (a *SemaphoreError) and ErrUpgradeRequired (a node
+// of an earlier protocol version is in the mesh).
 //
 // # Observability
 //

@@ -5,6 +5,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,7 +15,8 @@ import (
 )
 
 // What happens to CMD when its lease may be gone: the agent holding it is
-// paused, the whole machine is paused, the agent leaves. Each scenario
+// paused, the whole machine is paused, the agent is killed, the agent
+// leaves. Each scenario
 // takes its lock through an agent of its own that does not vote, joined to
 // the shared voters, so that pausing it leaves the voters a majority.
 
@@ -129,6 +131,42 @@ func TestLockPausedMachineIsFenced(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGCONT)
 	if code := a.wait(t); code != exitLost {
 		t.Fatalf("lock exited %d after the pause, want %d; stderr: %s", code, exitLost, a.stderr)
+	}
+}
+
+// TestLockAgentKilled: the agent holding the lease is killed (SIGKILL)
+// while CMD runs. lock loses its connection to the agent, stops CMD at once
+// (CMD handles SIGTERM) and exits 76; the lease, which nobody can release
+// now, expires, and the next waiter gets the key with a higher token, after
+// CMD has stopped.
+func TestLockAgentKilled(t *testing.T) {
+	ag := sharedCluster(t)
+	k := extraAgent(t, "killed")
+	order := filepath.Join(t.TempDir(), "order")
+	a := start(t, "lock", "-socket", k.socket, "-grace", "5s", "agent-killed", "--", "sh", "-c",
+		`trap 'echo TERM; echo stopped >> `+order+`; exit 143' TERM; echo "$LOCKMESH_TOKEN"; while :; do sleep 0.05; done`)
+	tokA := token(t, a.line(t))
+	b := start(t, "lock", "-socket", ag[0].socket, "-timeout", "45s", "agent-killed", "--", "sh", "-c",
+		`echo started >> `+order+`; echo "$LOCKMESH_TOKEN"`)
+	k.cmd.Process.Kill()
+	if got := a.line(t); got != "TERM" {
+		t.Errorf("CMD printed %q, want TERM", got)
+	}
+	if code := a.wait(t); code != exitLost {
+		t.Fatalf("lock exited %d, want %d; stderr: %s", code, exitLost, a.stderr)
+	}
+	if !strings.Contains(a.stderr.String(), "lost the agent") {
+		t.Errorf("lock did not say why it stopped CMD; stderr: %s", a.stderr)
+	}
+	tokB := token(t, b.line(t))
+	if code := b.wait(t); code != 0 {
+		t.Fatalf("the next holder exited %d; stderr: %s", code, b.stderr)
+	}
+	if tokB <= tokA {
+		t.Errorf("the next holder's token %d is not above %d", tokB, tokA)
+	}
+	if got, _ := os.ReadFile(order); string(got) != "stopped\nstarted\n" {
+		t.Errorf("the holder's CMD and the next one's ran in this order: %q, want stopped, then started", got)
 	}
 }
 

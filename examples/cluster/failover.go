@@ -86,7 +86,8 @@ func (d *demo) crash() error {
 	return nil
 }
 
-// restart brings node c back, so that one more voter can go in step 5.
+// restart brings node c back, so that one more voter can go in the last
+// step.
 func (d *demo) restart() error {
 	d.title("Node c restarts on the same ports, remembering nothing (the voters stay a, b, c). Without it, a and b " +
 		"are the only majority left and one more departure would stop every grant. It rejoins by gossip and " +
@@ -101,6 +102,17 @@ func (d *demo) restart() error {
 		return err
 	}
 	d.say("c is back and voting after %s", round(time.Since(t)))
+	// a and b each check that the process now answering as c is the
+	// one gossip names before they take its ballots: a forged "c" is not.
+	last, err := d.c.rebinds.wait(ctx, "c", t, []string{"a", "b"})
+	if err != nil {
+		return err
+	}
+	why := ""
+	if last.Sub(t) > time.Second {
+		why = " (a first check failed, as the new c did not know its peers yet; a check is retried 2s later)"
+	}
+	d.say("a and b take the new c's ballots %s after the restart, once each checked that it answers as c%s", round(last.Sub(t)), why)
 	return nil
 }
 

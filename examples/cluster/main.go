@@ -4,10 +4,11 @@
 //
 // It starts three voter nodes in this one process, on loopback, with real
 // gossip and the real TCP ballot transport, and tells a short story on
-// stdout: workers on every node share a counter under one lock, a node
-// holding the lock crashes and its stale write is refused by the fence, the
-// crashed node comes back, and a node that leaves gracefully hands the lock
-// over at once. It exits 0 when every step behaved, 1 otherwise.
+// stdout: workers on every node share a counter under one lock; a node
+// observes a leader election while two others lead in turn; a node holding
+// the lock crashes and its stale write is refused by the fence; the crashed
+// node comes back; and a node that leaves gracefully hands the lock over at
+// once. It exits 0 when every step behaved, 1 otherwise.
 package main
 
 import (
@@ -58,8 +59,8 @@ func main() {
 	}
 	first, last := d.st.tokenRange()
 	fmt.Printf("OK: counter %d after %d fenced writes, tokens strictly increasing (%d..%d), 1 stale write refused; "+
-		"crash take-over %s, leave hand-over %s; total %s.\n",
-		d.st.get(), d.writes, first, last, round(d.takeover), round(d.handover), round(time.Since(d.start)))
+		"election hand-over %s, crash take-over %s, leave hand-over %s; total %s.\n",
+		d.st.get(), d.writes, first, last, round(d.election), round(d.takeover), round(d.handover), round(time.Since(d.start)))
 }
 
 // demo is the story's state.
@@ -73,13 +74,14 @@ type demo struct {
 	step     int
 	out      sync.Mutex
 	writes   int           // writes the store accepted
+	election time.Duration // resign → next leader
 	takeover time.Duration // crash → new grant
 	handover time.Duration // Leave → new grant
 	crashed  mesh.Status   // node c just before its crash
 }
 
 func (d *demo) run() error {
-	for _, step := range []func() error{d.startNodes, d.share, d.crash, d.restart, d.leave} {
+	for _, step := range []func() error{d.startNodes, d.share, d.elect, d.crash, d.restart, d.leave} {
 		if err := step(); err != nil {
 			return err
 		}
