@@ -112,6 +112,9 @@ const (
 	// retryVet is how soon a rebind whose new process did not answer may
 	// be vetted again.
 	retryVet = 2 * time.Second
+	// vetFirstRetry is the first pause before a vet asks a new process
+	// that did not answer again; it doubles up to half of retryVet.
+	vetFirstRetry = 50 * time.Millisecond
 )
 
 // hold is how long evidence of a conflict (or a refused rebind) stands.
@@ -235,9 +238,28 @@ func (m *Mesh) vetRebind(key vetKey, oldRPC string, oldInc uint64, gossip string
 			Process{RPC: oldRPC, Inc: oldInc}, Process{Gossip: gossip, RPC: key.rpc, Inc: key.inc})
 		return
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), m.probeTimeout())
-	inc, err = m.identify(ctx, key.name, key.rpc)
-	cancel()
+	// A process just started may not answer yet (it refuses a caller its
+	// gossip has not seen): ask again a few times, soon, before giving
+	// up for retryVet. Without this its peers refused its ballots for two
+	// seconds while its readiness said it was back.
+	wait := vetFirstRetry
+	for {
+		ctx, cancel = context.WithTimeout(context.Background(), m.probeTimeout())
+		inc, err = m.identify(ctx, key.name, key.rpc)
+		cancel()
+		if (err == nil && inc == key.inc) || wait > retryVet/2 {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-m.closed:
+			t.Stop()
+			settle(false, retryVet)
+			return
+		case <-t.C:
+		}
+		wait *= 2
+	}
 	if err != nil || inc != key.inc {
 		settle(false, retryVet)
 		m.incr("gossip.refused.rebind", 1)

@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -494,6 +495,13 @@ func holderOf(key string, v quorum.Value, live bool, left time.Duration) Holder 
 	h := Holder{Key: key, Held: v.Held && live, Node: string(v.Holder), Token: v.Epoch}
 	if h.Held {
 		h.Value, h.TimeLeft = bytesOf(v.Data), left
+		if strings.Contains(key, "#") {
+			// A semaphore's slot (NAME#i): its value carries the
+			// semaphore's N ahead of the holder's own.
+			if _, data, ok := quorum.ParseSlotValue(v.Data); ok {
+				h.Value = bytesOf(data)
+			}
+		}
 	}
 	return h
 }

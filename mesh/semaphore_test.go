@@ -102,3 +102,31 @@ func TestSemaphoreSizeMismatch(t *testing.T) {
 		t.Errorf("a semaphore of 0: %v", err)
 	}
 }
+
+// What Holder and Locks say of a semaphore's slot is the holder's value,
+// without the header that carries the semaphore's N.
+func TestSemaphoreSlotShowsTheHoldersValue(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	c.waitVoting()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].AcquireSemaphore(ctx, "jobs", 3, WithValue([]byte("worker-7")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	h, err := c.nodes[1].Holder(ctx, l.Key())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Held || string(h.Value) != "worker-7" {
+		t.Errorf("Holder(%q): held %v, value %q; want the holder's value worker-7", l.Key(), h.Held, h.Value)
+	}
+	locks, err := c.nodes[2].Locks(ctx, "jobs#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(locks) != 1 || string(locks[0].Value) != "worker-7" {
+		t.Errorf("Locks: %+v; want one slot with value worker-7", locks)
+	}
+}
