@@ -15,6 +15,7 @@ import (
 // and grant, while the third machine is not up.
 func TestColdStartTwoOfThree(t *testing.T) {
 	requireFaults(t)
+	nodeBinary(t) // built (or found built) before the clock starts
 	start := control.Now()
 	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"p"},
 		dataDirs: true, notStarted: []string{"c"}})
