@@ -450,6 +450,12 @@ func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 	if err := m.userKey(key); err != nil {
 		return Holder{}, err
 	}
+	h, err := m.readHolder(ctx, key)
+	return shown(h), err
+}
+
+// readHolder is Holder with the register's value as it is.
+func (m *Mesh) readHolder(ctx context.Context, key string) (Holder, error) {
 	if err := m.waitReady(ctx); err != nil {
 		return Holder{}, err
 	}
@@ -495,12 +501,17 @@ func holderOf(key string, v quorum.Value, live bool, left time.Duration) Holder 
 	h := Holder{Key: key, Held: v.Held && live, Node: string(v.Holder), Token: v.Epoch}
 	if h.Held {
 		h.Value, h.TimeLeft = bytesOf(v.Data), left
-		if strings.Contains(key, "#") {
-			// A semaphore's slot (NAME#i): its value carries the
-			// semaphore's N ahead of the holder's own.
-			if _, data, ok := quorum.ParseSlotValue(v.Data); ok {
-				h.Value = bytesOf(data)
-			}
+	}
+	return h
+}
+
+// shown is h as the application sees it: a semaphore's slot (NAME#i)
+// shows the holder's value, without the header that carries the
+// semaphore's N (which the semaphore's own checks read).
+func shown(h Holder) Holder {
+	if h.Held && strings.Contains(h.Key, "#") {
+		if _, data, ok := quorum.ParseSlotValue(string(h.Value)); ok {
+			h.Value = bytesOf(data)
 		}
 	}
 	return h

@@ -74,7 +74,7 @@ func (m *Mesh) Locks(ctx context.Context, prefix string) ([]Holder, error) {
 	}
 	out := make([]Holder, 0, len(held)+len(unsettled))
 	for _, l := range held {
-		out = append(out, holderOf(l.Key, l.Value, true, l.Remaining))
+		out = append(out, shown(holderOf(l.Key, l.Value, true, l.Remaining)))
 	}
 	for _, key := range unsettled {
 		h, err := m.Holder(ctx, key)

@@ -158,7 +158,7 @@ func (m *Mesh) semaphoreGranted(ctx context.Context, sem quorum.Semaphore, l *Le
 			continue
 		}
 		go func() {
-			h, err := m.Holder(ctx, slot)
+			h, err := m.readHolder(ctx, slot)
 			out <- found{slot, h, err}
 		}()
 	}

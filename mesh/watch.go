@@ -136,7 +136,7 @@ func (w *watcher) take() (Holder, bool) {
 func (m *Mesh) keyChanged(ch *quorum.KeyChange) {
 	for w := range m.watch.keys[ch.Key] {
 		if ch.Round >= w.round {
-			w.offer(holderOf(ch.Key, ch.Value, ch.Live, ch.Remaining))
+			w.offer(shown(holderOf(ch.Key, ch.Value, ch.Live, ch.Remaining)))
 		}
 	}
 }

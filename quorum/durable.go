@@ -105,10 +105,17 @@ type Disk interface {
 	Save(d *Durable) error
 }
 
-// reserveBlock is how far above an accepted epoch the mark is set: epochs
-// count wall-clock microseconds (Proposer.nextEpoch), so one save covers
-// about a second of grants.
-const reserveBlock = 1 << 20
+// epochReserve is how far above an accepted epoch the epoch mark is set:
+// epochs count wall-clock microseconds (Proposer.nextEpoch), so one save
+// covers about 67 seconds of grants. A save is an fsync on the accept's
+// path: a block of a second (1<<20) put one in every voter's path once a
+// second under load. After a restart, tokens start at the mark: at most
+// this far above the last one.
+const epochReserve = 1 << 26
+
+// ballotReserve is how far above a promised or accepted ballot counter the
+// ballot mark is set: counters grow by one per round.
+const ballotReserve = 1 << 20
 
 // persist saves the durable state as edit changes it, and reports whether it
 // is saved; the acceptor's copy changes only then. Without a disk there is
@@ -137,7 +144,7 @@ func (a *Acceptor) persistPromise(counter uint64) bool {
 	if a.disk == nil || counter < a.dur.Ballots {
 		return a.diskErr == nil
 	}
-	return a.persist(func(d *Durable) { d.Ballots = counter + reserveBlock })
+	return a.persist(func(d *Durable) { d.Ballots = counter + ballotReserve })
 }
 
 // persistAccept saves what an accept needs on disk: that this acceptor
@@ -152,10 +159,10 @@ func (a *Acceptor) persistAccept(epoch, counter uint64) bool {
 		d.Voted = true
 		d.Horizon = max(d.Horizon, a.cfg.MaxTTL)
 		if epoch > d.Reserved {
-			d.Reserved = epoch + reserveBlock
+			d.Reserved = epoch + epochReserve
 		}
 		if counter >= d.Ballots {
-			d.Ballots = counter + reserveBlock
+			d.Ballots = counter + ballotReserve
 		}
 	})
 }
