@@ -162,6 +162,13 @@ func (l Limits) checkCatchUpReply(r *quorum.CatchUpResponse) error {
 			return fmt.Errorf("%w: %w: a value of %d bytes (limit %d)", ErrMalformed, ErrValueTooLarge, n, l.maxValue())
 		}
 	}
+	for _, m := range []*quorum.Membership{r.Members, r.NewerMembers} {
+		if m != nil {
+			if err := CheckMembership(m); err != nil {
+				return err
+			}
+		}
+	}
 	return CheckName(r.From)
 }
 
