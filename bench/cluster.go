@@ -114,7 +114,13 @@ func (c *cluster) close() {
 // with a deadline, never for a fixed time. cond also says what it is still
 // waiting for, for the error.
 func waitFor(ctx context.Context, what string, cond func() (bool, string)) error {
-	tick := time.NewTicker(10 * time.Millisecond)
+	return waitEvery(ctx, 10*time.Millisecond, what, cond)
+}
+
+// waitEvery is waitFor polling every interval: Status of many nodes is not
+// free, and polling must not slow down what it waits for.
+func waitEvery(ctx context.Context, interval time.Duration, what string, cond func() (bool, string)) error {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		ok, why := cond()

@@ -3,16 +3,19 @@
 // Redlock — in one run on one machine, and prints a markdown table (every
 // figure also goes to a JSON file).
 //
-//	go run ./bench                       # everything, about 5 minutes
+//	go run ./bench                       # everything, about 9 minutes
 //	go run ./bench -quick                # a smoke run
 //	go run ./bench -cases floor,lockmesh -n 5000 -duration 10s
+//	go run ./bench -cases churn -churn-keys 200000
 //
 // The floor and the lockmesh rows run in this process (lockmesh-procs in
-// separate node processes built from bench/internal/benchnode). The peers
-// live in their own Go module, bench/peers, so that lockmesh's go.mod does
-// not carry etcd: this program builds it and runs one process per peer
-// case, reading a JSON row from its stdout. A case that fails or cannot
-// run prints a row saying why, and the run goes on.
+// separate node processes built from bench/internal/benchnode), and so do
+// scale (64 nodes, every one taking locks) and churn (a million distinct
+// keys: about 3 of the 9 minutes on 2 cores; -churn-keys takes fewer). The
+// peers live in their own Go module, bench/peers, so that lockmesh's go.mod
+// does not carry etcd: this program builds it and runs one process per
+// peer case, reading a JSON row from its stdout. A case that fails or
+// cannot run prints a row saying why, and the run goes on.
 package main
 
 import (
@@ -33,6 +36,7 @@ import (
 // allCases are the cases in the order they run and print.
 var allCases = []string{
 	"floor", "lockmesh", "lockmesh-disk", "lockmesh-procs", "lockmesh5", "lockmesh7",
+	"scale", "scale-disk", "churn",
 	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",
 	"renewal", "crash",
 }
@@ -55,6 +59,9 @@ type options struct {
 	leaseCounts     []int         // renewal: leases held
 	renewWindow     time.Duration // renewal: measuring time per count
 	crashTrials     int
+	scalePerNode    int           // scale: goroutines locking on every node
+	scaleDuration   time.Duration // scale: how long they run
+	churnKeys       int           // churn: distinct keys locked
 
 	root  string // the main module's directory
 	merge string // -merge: result files to take medians of (runs nothing)
@@ -87,6 +94,9 @@ func parseFlags(args []string) (options, error) {
 	fs.BoolVar(&o.quick, "quick", false, "small numbers, for a smoke run (-n 200 -duration 1s, fewer leases, 2 crashes)")
 	fs.DurationVar(&o.renewWindow, "renew-window", 10*time.Second, "renewal: how long each lease count is measured")
 	fs.IntVar(&o.crashTrials, "crashes", 5, "crash: how many holder crashes to time")
+	fs.IntVar(&o.scalePerNode, "scale-per-node", 1, "scale: goroutines taking locks on each of the 64 nodes")
+	fs.DurationVar(&o.scaleDuration, "scale-duration", 20*time.Second, "scale: how long every node takes locks")
+	fs.IntVar(&o.churnKeys, "churn-keys", 1_000_000, "churn: distinct keys locked once each (heap read at every tenth)")
 	leases := fs.String("leases", "1000,10000,100000", "renewal: comma list of lease counts to hold")
 	fs.DurationVar(&o.caseTimeout, "case-timeout", 0, "bound on one case (default: scaled from -n and -duration)")
 	fs.StringVar(&o.merge, "merge", "", "run nothing: print the medians of these comma-separated JSON result files")
@@ -116,6 +126,12 @@ func parseFlags(args []string) (options, error) {
 		if !set["leases"] {
 			*leases = "100,1000"
 		}
+		if !set["scale-duration"] {
+			o.scaleDuration = 3 * time.Second
+		}
+		if !set["churn-keys"] {
+			o.churnKeys = 100_000
+		}
 	}
 	for _, c := range strings.Split(*cases, ",") {
 		if c = strings.TrimSpace(c); c == "" {
@@ -133,8 +149,9 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.leaseCounts = append(o.leaseCounts, v)
 	}
-	if o.n <= 0 || o.duration <= 0 || o.renewWindow <= 0 || o.crashTrials <= 0 {
-		return o, fmt.Errorf("-n, -duration, -renew-window and -crashes must be positive")
+	if o.n <= 0 || o.duration <= 0 || o.renewWindow <= 0 || o.crashTrials <= 0 ||
+		o.scalePerNode <= 0 || o.scaleDuration <= 0 || o.churnKeys < 10 {
+		return o, fmt.Errorf("-n, -duration, -renew-window, -crashes, -scale-per-node and -scale-duration must be positive, -churn-keys at least 10")
 	}
 	o.workers, o.handoverWorkers, o.hold = 64, 8, time.Millisecond
 	o.latencyBudget = 60 * time.Second
@@ -144,6 +161,16 @@ func parseFlags(args []string) (options, error) {
 		o.caseTimeout = 2*time.Minute + o.latencyBudget + 4*o.duration
 	}
 	return o, nil
+}
+
+// scaleTimeout bounds the scale case: start and convergence (a quarantine
+// of 10 s), the run, and slack for 64 nodes on 2 cores.
+func (o options) scaleTimeout() time.Duration { return 3*time.Minute + o.scaleDuration }
+
+// churnTimeout bounds the churn case: setup, then the keys at no fewer
+// than 2,000 a second.
+func (o options) churnTimeout() time.Duration {
+	return 2*time.Minute + time.Duration(o.churnKeys/2000)*time.Second
 }
 
 func (o options) want(c string) bool { return slices.Contains(o.cases, c) }

@@ -104,10 +104,13 @@ func mergeReports(paths []string) (*report, error) {
 // largest).
 type rowSpread struct {
 	P50       []float64 `json:"p50_us"`
+	P99       []float64 `json:"p99_us"`
 	Ratio     []float64 `json:"ratio_to_quorum_floor_p50"`
 	OpsPerSec []float64 `json:"ops_per_sec"`
 	CPUPerOp  []float64 `json:"cpu_us_per_op"`
 	Handover  []float64 `json:"handover_p50_us"`
+	// Figures are the row's own figures (Row.Figures) in each run.
+	Figures map[string][]float64 `json:"figures,omitempty"`
 }
 
 func spreadOf(rows []workload.Row, ratios []float64) rowSpread {
@@ -115,6 +118,7 @@ func spreadOf(rows []workload.Row, ratios []float64) rowSpread {
 	for _, r := range rows {
 		if l := r.Latency; l != nil && l.N > 0 {
 			s.P50 = append(s.P50, l.P50)
+			s.P99 = append(s.P99, l.P99)
 		}
 		if t := r.Throughput; t != nil && t.Ops > 0 {
 			s.OpsPerSec = append(s.OpsPerSec, t.OpsPerSec)
@@ -122,6 +126,12 @@ func spreadOf(rows []workload.Row, ratios []float64) rowSpread {
 		}
 		if h := r.Handover; h != nil && h.Handover != nil && h.Handover.N > 0 {
 			s.Handover = append(s.Handover, h.Handover.P50)
+		}
+		for k, v := range r.Figures {
+			if s.Figures == nil {
+				s.Figures = map[string][]float64{}
+			}
+			s.Figures[k] = append(s.Figures[k], v)
 		}
 	}
 	return s
@@ -213,6 +223,7 @@ func medianRow(rows []workload.Row) workload.Row {
 	} else {
 		m.Handover = nil
 	}
+	m.Figures, m.Curve = medianFigures(rows), medianCurve(rows)
 	if failed > 0 {
 		m.Notes = append(slices.Clone(m.Notes), fmt.Sprintf("failed in %d of %d runs (first error: %s)", failed, len(rows), oneLine(firstError(rows))))
 		if failed == len(rows) {
@@ -220,6 +231,46 @@ func medianRow(rows []workload.Row) workload.Row {
 		}
 	}
 	return m
+}
+
+// medianFigures is the median of each of the rows' Figures over the runs
+// that have it.
+func medianFigures(rows []workload.Row) map[string]float64 {
+	all := map[string][]float64{}
+	for _, r := range rows {
+		for k, v := range r.Figures {
+			all[k] = append(all[k], v)
+		}
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range all {
+		out[k] = median(v)
+	}
+	return out
+}
+
+// medianCurve is, at each point any run reached, the median of each figure
+// over the runs that reached it.
+func medianCurve(rows []workload.Row) []workload.Point {
+	var at []float64
+	byAt := map[float64][]workload.Row{}
+	for _, r := range rows {
+		for _, p := range r.Curve {
+			if _, ok := byAt[p.At]; !ok {
+				at = append(at, p.At)
+			}
+			byAt[p.At] = append(byAt[p.At], workload.Row{Figures: p.Figures})
+		}
+	}
+	slices.Sort(at)
+	var out []workload.Point
+	for _, x := range at {
+		out = append(out, workload.Point{At: x, Figures: medianFigures(byAt[x])})
+	}
+	return out
 }
 
 func firstError(rows []workload.Row) string {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -120,7 +121,7 @@ func (r *report) ratios() {
 	r.Floor = f.Latency
 	r.Ratios = map[string]float64{}
 	for _, row := range r.Rows {
-		if row.Latency != nil && row.Latency.N > 0 {
+		if row.Latency != nil && row.Latency.N > 0 && !row.LoadedLatency {
 			r.Ratios[row.Case] = row.Latency.P50 / f.Latency.P50
 		}
 	}
@@ -226,6 +227,7 @@ func (r *report) markdown() string {
 		}
 		w("\n")
 		r.spreadMarkdown(&b)
+		r.figuresMarkdown(&b)
 	}
 	if r.Renewal != nil {
 		r.Renewal.markdown(&b)
@@ -245,6 +247,48 @@ func (r *report) markdown() string {
 		w("Command: `%s`\n", strings.TrimSpace(r.Command))
 	}
 	return b.String()
+}
+
+// figuresMarkdown renders the rows that carry figures of their own (the
+// scale and churn cases), each as a paragraph or table of its own.
+func (r *report) figuresMarkdown(b *strings.Builder) {
+	for _, row := range r.Rows {
+		switch row.Case {
+		case "scale", "scale-disk":
+			scaleMarkdown(b, row, r.spreadOf(row.Case))
+		case "churn":
+			churnMarkdown(b, row, r.spreadOf(row.Case))
+		}
+	}
+}
+
+// spreadOf is a case's spread over merged runs (empty for one run).
+func (r *report) spreadOf(c string) rowSpread {
+	if r.merged == 0 {
+		return rowSpread{}
+	}
+	return r.Spread[c]
+}
+
+// figure formats a row's figure, with its range over the merged runs when
+// they differ: "12.3 (11.9 – 13.0)".
+func figure(row workload.Row, s rowSpread, name string, f func(float64) string) string {
+	v, ok := row.Figures[name]
+	if !ok {
+		return "—"
+	}
+	return withRange(v, s.Figures[name], f)
+}
+
+// withRange formats v, with the range of vs when there are several.
+func withRange(v float64, vs []float64, f func(float64) string) string {
+	out := f(v)
+	if len(vs) > 1 {
+		if lo, hi := f(slices.Min(vs)), f(slices.Max(vs)); lo != hi {
+			out += fmt.Sprintf(" (%s – %s)", lo, hi)
+		}
+	}
+	return out
 }
 
 func (r *report) workers() int {

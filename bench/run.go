@@ -22,6 +22,7 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 		"cases": o.cases, "n": o.n, "duration": o.duration.String(), "quick": o.quick,
 		"workers": o.workers, "handover_workers": o.handoverWorkers,
 		"leases": o.leaseCounts, "renew_window": o.renewWindow.String(), "crashes": o.crashTrials,
+		"scale_per_node": o.scalePerNode, "scale_duration": o.scaleDuration.String(), "churn_keys": o.churnKeys,
 	}
 	start := time.Now()
 	var peers *peerBinary
@@ -42,6 +43,14 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 		case "lockmesh-procs":
 			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row {
 				return []workload.Row{lockmeshProcesses(ctx, o, nodeBin, log)}
+			})
+		case "scale", "scale-disk":
+			rows = guardRows(ctx, o.scaleTimeout(), c, rep, func(ctx context.Context) []workload.Row {
+				return []workload.Row{scale(ctx, o, c, c == "scale-disk")}
+			})
+		case "churn":
+			rows = guardRows(ctx, o.churnTimeout(), c, rep, func(ctx context.Context) []workload.Row {
+				return []workload.Row{churn(ctx, o)}
 			})
 		case "raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock":
 			if peers == nil {

@@ -121,3 +121,33 @@ func readCPU(cpu []CPUSource) ([]time.Duration, error) {
 	}
 	return out, nil
 }
+
+// TimedThroughput is Throughput that also times every operation that
+// succeeded: the latency of the service under the whole load, and how many
+// operations each worker finished (a worker that got none stands out).
+func TimedThroughput(ctx context.Context, workers int, d time.Duration, newOp func(worker int) (Op, error), cpu []CPUSource) (*ThroughputResult, *Summary, []int, error) {
+	// Each worker appends to its own slice: no lock on the timed path.
+	times := make([][]time.Duration, workers)
+	timed := func(worker int) (Op, error) {
+		op, err := newOp(worker)
+		if err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			start := time.Now()
+			if err := op(ctx); err != nil {
+				return err
+			}
+			times[worker] = append(times[worker], time.Since(start))
+			return nil
+		}, nil
+	}
+	res, err := Throughput(ctx, workers, d, timed, cpu)
+	var all []time.Duration
+	perWorker := make([]int, workers)
+	for i, t := range times {
+		perWorker[i] = len(t)
+		all = append(all, t...)
+	}
+	return res, Summarize(all), perWorker, err
+}

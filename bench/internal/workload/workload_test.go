@@ -71,3 +71,27 @@ func TestContendStopsOnFailure(t *testing.T) {
 		t.Fatalf("Contend returned after %v: the blocked goroutines were not stopped", d)
 	}
 }
+
+// TimedThroughput times every operation that succeeded and counts them per
+// worker; a failing worker stops and its failure is not timed.
+func TestTimedThroughput(t *testing.T) {
+	newOp := func(worker int) (Op, error) {
+		n := 0
+		return func(ctx context.Context) error {
+			if n++; worker == 1 && n > 3 {
+				return errors.New("worker 1 gives up")
+			}
+			return nil
+		}, nil
+	}
+	res, lat, per, err := TimedThroughput(context.Background(), 2, 20*time.Millisecond, newOp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per[1] != 3 || per[0] == 0 || res.Errors != 1 {
+		t.Fatalf("per worker %v, %d errors, want 3 for worker 1 and 1 error", per, res.Errors)
+	}
+	if int64(lat.N) != res.Ops || lat.N != per[0]+per[1] {
+		t.Fatalf("%d timed, %d counted, per worker %v", lat.N, res.Ops, per)
+	}
+}
