@@ -219,6 +219,7 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 		return
 	}
 	m.step(&quorum.Message{Kind: quorum.MsgResponse, Response: resp})
+	wire.ResultsPool.Put(resp.Results) // the node is done with them (quorum.Message)
 }
 
 // catchUpCall asks voter to at addr for a bucket of its registers (a
@@ -290,7 +291,6 @@ func (m *Mesh) answered(msg *quorum.Message) {
 		if msg.Response.Status == quorum.StatusWrongConfig {
 			in.config = msg.Response.Config
 		}
-		quorum.RecycleResults(msg.Response.Results)
 	case quorum.MsgCatchUpReply:
 		if in.version < wire.Version3 && carriesValues(msg.CatchUpReply) {
 			in.err = m.refuseOldCatchUp(msg.CatchUpReply.To)
@@ -364,6 +364,7 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	req.NoData = in.version < wire.Version3 // it writes back what it read without values
 	in.msg = quorum.Message{Kind: quorum.MsgRequest, Request: req}
 	err = m.ask(in)
+	wire.OpsPool.Put(req.Ops) // the node is done with them (quorum.Message)
 	body, config := in.body, in.config
 	*in = inbound{}
 	inbounds.Put(in)

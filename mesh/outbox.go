@@ -47,20 +47,25 @@ func (o *outboxes) get(to quorum.NodeID) *outbox {
 	return ob
 }
 
-// post sends req now when a call is free, and otherwise queues it for the
-// next call to end. It never blocks on the network.
+// post sends a copy of req now when a call is free, and otherwise queues
+// it for the next call to end. It never blocks on the network. req's
+// operations go back to the node at Advance; the copy's come from
+// wire.OpsPool, and go back there once encoded (sendParts).
 func (m *Mesh) post(addr string, req *quorum.Request) {
-	ob := m.outbox.get(req.To)
+	r := *req
+	r.Ops = wire.OpsPool.Get(len(req.Ops))
+	copy(r.Ops, req.Ops)
+	ob := m.outbox.get(r.To)
 	ob.mu.Lock()
 	if ob.inflight >= callsPerPeer {
-		ob.queue = append(ob.queue, *req)
+		ob.queue = append(ob.queue, r)
 		ob.mu.Unlock()
 		m.incr("send.queued", 1)
 		return
 	}
 	ob.inflight++
 	ob.mu.Unlock()
-	go m.sendLoop(ob, addr, *req)
+	go m.sendLoop(ob, addr, r)
 }
 
 // sendLoop sends req, then whatever queued for the same voter meanwhile,
@@ -100,10 +105,10 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 	for _, r := range queue[:n] {
 		size += len(r.Ops)
 	}
-	ops := quorum.MakeOps(size)[:0]
+	ops := wire.OpsPool.Get(size)[:0]
 	for _, r := range queue[:n] {
 		ops = append(ops, r.Ops...)
-		quorum.RecycleOps(r.Ops)
+		wire.OpsPool.Put(r.Ops)
 	}
 	first.Ops = ops
 	rest := queue[n:]
@@ -118,9 +123,9 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 // sendParts sends req to its voter, in several messages at once when it
 // has more operations than a message may carry (by count, or by what the
 // message and its answer may weigh: partSize), and steps each answer.
-// req's operations are given back once encoded. A voter of an earlier
-// protocol version is sent only what it knows (see withoutUnwatch and
-// withoutValues).
+// req's operations are put back in wire.OpsPool once encoded. A voter of
+// an earlier protocol version is sent only what it knows (see
+// withoutUnwatch and withoutValues).
 func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 	version := m.peerVersion(string(req.To))
 	if version < wire.Version2 {
@@ -130,7 +135,7 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 		req.Ops = m.withoutValues(req.To, req.Ops)
 	}
 	if len(req.Ops) == 0 {
-		quorum.RecycleOps(req.Ops)
+		wire.OpsPool.Put(req.Ops)
 		return
 	}
 	var bodies [][]byte
@@ -143,7 +148,7 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 		m.incr("bytes.sent", float32(len(body)))
 		bodies = append(bodies, body)
 	}
-	quorum.RecycleOps(req.Ops)
+	wire.OpsPool.Put(req.Ops)
 	if len(bodies) == 1 {
 		m.call(addr, req.To, bodies[0])
 		return

@@ -22,7 +22,7 @@
 //		for _, msg := range rd.Messages { send(msg) } // to msg.To(); a reply carries its request's Ref
 //		for _, res := range rd.Results { ... }        // Granted, Locked, ...
 //		for _, ev := range rd.Leases { ... }          // renewed, lost
-//		n.Advance(rd)
+//		n.Advance(rd)                                  // all of rd is the node's again
 //		// on any message from another node: n.Step(msg)
 //		// at NextTick:                       n.Tick()
 //	}

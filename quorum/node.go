@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand"
 	"time"
+
+	"github.com/lockmesh/lockmesh/internal/slicepool"
 )
 
 // A Node is everything one node of a mesh decides that is not I/O: its
@@ -23,8 +25,8 @@ import (
 // Like etcd's RawNode it is driven from outside, by one goroutine at a time:
 // Step takes every message, Tick the time, the operation methods the
 // caller's requests, and Ready hands out what to send and what happened;
-// Advance gives Ready's slices back. The mesh drives it over the network;
-// the simulator drives the same code on virtual time.
+// Advance takes back every buffer Ready handed out. The mesh drives it over
+// the network; the simulator drives the same code on virtual time.
 type Node struct {
 	cfg   NodeConfig
 	id    NodeID
@@ -130,10 +132,13 @@ func (k MessageKind) String() string {
 // driver sets on a request it received and the node copies onto the reply;
 // the node's own messages have Ref zero.
 //
-// Payloads move. Step takes the message it is given, slices and all: the
-// caller must not use them afterwards. The messages of a Ready are the
-// caller's until it calls Advance; a payload that must live longer is to be
-// copied (its slices may be kept).
+// Who owns what, in two rules. Step takes the payload of the message it is
+// given, except a request's operations and a response's results, which it
+// is done with when it returns: the caller may reuse those slices (the mesh
+// decodes into them again); the rest it must not use afterwards. A Ready
+// and its messages are the caller's until it calls Advance, which takes
+// back the Ready's slices and the operations and results its messages
+// carry, for later Readys: encode or copy what must outlive Advance.
 type Message struct {
 	Kind         MessageKind
 	Ref          uint64
@@ -391,10 +396,8 @@ func (n *Node) Step(msg *Message) {
 		resp := n.answer(req)
 		resp.To = req.From
 		n.reply(Message{Kind: MsgResponse, Ref: msg.Ref, Response: resp})
-		RecycleOps(req.Ops)
 	case MsgResponse:
 		n.prop.Step(msg.Response)
-		RecycleResults(msg.Response.Results)
 	case MsgNotify:
 		n.prop.HandleNotify(msg.Notify)
 	case MsgCatchUp:
@@ -545,7 +548,7 @@ func (n *Node) proposerReady(rd *Ready) {
 	rd.Results = append(rd.Results, prd.Results...)
 	rd.Leases = append(rd.Leases, prd.Leases...)
 	rd.Changes = append(rd.Changes, prd.Changes...)
-	n.prop.ReuseResults(prd.Results)
+	n.prop.reuseResults(prd.Results)
 	for i := range prd.Requests {
 		req := &prd.Requests[i]
 		if req.To != n.id {
@@ -554,8 +557,8 @@ func (n *Node) proposerReady(rd *Ready) {
 		}
 		resp := n.answer(req)
 		n.prop.Step(resp)
-		RecycleResults(resp.Results)
-		RecycleOps(req.Ops)
+		resultsPool.Put(resp.Results)
+		opsPool.Put(req.Ops)
 		req.Ops = nil
 	}
 	if prd.Requests != nil {
@@ -592,15 +595,27 @@ func (n *Node) acceptorReady(rd *Ready) {
 	}
 }
 
-// Advance gives back the slices of a Ready the caller is done with (it has
-// sent or copied its messages and read its results), for later Readys.
-// Optional. The messages' payloads are not given back: they are the
-// caller's (see Message).
+// Advance takes back a Ready the caller is done with (it has encoded or
+// copied its messages and read its results): the Ready's slices, and the
+// operations of its requests and the results of its responses, for later
+// Readys to fill. It is the one hand-back of the Node; without it nothing
+// is reused, and what was handed out is garbage collected.
 func (n *Node) Advance(rd Ready) {
+	for i := range rd.Messages {
+		switch msg := &rd.Messages[i]; msg.Kind {
+		case MsgRequest:
+			opsPool.Put(msg.Request.Ops)
+			msg.Request.Ops = nil
+		case MsgResponse:
+			resultsPool.Put(msg.Response.Results)
+			msg.Response.Results = nil // a response kept by mistake shows none, not another's
+		}
+	}
 	clear(rd.Messages) // let the payloads go
-	n.spare = readyBuffers{msgs: emptied(rd.Messages), results: emptied(rd.Results), leases: emptied(rd.Leases)}
+	n.spare = readyBuffers{msgs: slicepool.Emptied(rd.Messages), results: slicepool.Emptied(rd.Results),
+		leases: slicepool.Emptied(rd.Leases)}
 	if len(n.held) > 0 {
-		n.prop.ReuseRequests(n.held[0])
+		n.prop.reuseRequests(n.held[0])
 		clear(n.held)
 		n.held = n.held[:0]
 	}

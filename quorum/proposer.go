@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"slices"
 	"time"
+
+	"github.com/lockmesh/lockmesh/internal/slicepool"
 )
 
 // ProposerConfig configures a Proposer.
@@ -310,8 +312,8 @@ type Proposer struct {
 	nextRID uint64
 	out     []Request // per voter index
 	results []OpResult
-	spare   []OpResult // results handed back (ReuseResults), empty
-	spareRq []Request  // requests handed back (ReuseRequests), empty
+	spare   []OpResult // results handed back (reuseResults), empty
+	spareRq []Request  // requests handed back (reuseRequests), empty
 	// spareReplies are the reply buffers of finished operations, for the
 	// rounds of new ones (see finish).
 	spareReplies [][]reply
@@ -532,15 +534,14 @@ func (p *Proposer) Ready() ProposerReady {
 	return rd
 }
 
-// ReuseResults hands back the Results of a Ready once the caller is done
-// with them (it has copied what it keeps), for later Readys to reuse.
-// Optional.
-func (p *Proposer) ReuseResults(results []OpResult) { p.spare = emptied(results) }
+// reuseResults takes back the Results of a Ready once the Node has copied
+// them into its own, for later Readys to reuse.
+func (p *Proposer) reuseResults(results []OpResult) { p.spare = slicepool.Emptied(results) }
 
-// ReuseRequests hands back the Requests of a Ready once the caller has
-// sent or copied each (the slice, not the operations in it, which travel
-// with the requests), for later Readys to reuse. Optional.
-func (p *Proposer) ReuseRequests(requests []Request) { p.spareRq = emptied(requests) }
+// reuseRequests takes back the Requests of a Ready once the Node's driver
+// has sent or copied each (Node.Advance; the slice, not the operations in
+// it, which Advance puts back in their pool), for later Readys to reuse.
+func (p *Proposer) reuseRequests(requests []Request) { p.spareRq = slicepool.Emptied(requests) }
 
 // HasReady reports whether Ready has anything.
 func (p *Proposer) HasReady() bool {

@@ -244,7 +244,7 @@ func (c *testCluster) roundTrip() bool {
 		for _, r := range rd.Requests {
 			wave = append(wave, out{n, r})
 		}
-		n.prop.ReuseRequests(rd.Requests)
+		n.prop.reuseRequests(rd.Requests)
 	}
 	if len(wave) > 0 {
 		moved = true

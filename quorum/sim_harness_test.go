@@ -648,8 +648,10 @@ func (s *sim) flush(n *simNode) {
 		for _, ch := range rd.Changes {
 			s.check.observed(n, ch)
 		}
-		// As the mesh does: the slices back for the next Ready, so that
-		// every run checks that nothing sent still refers to them.
+		// As the mesh does: the Ready back for the next one to fill (its
+		// slices, and its requests' operations and responses' results),
+		// so that every run checks that nothing sent, and nothing the node
+		// keeps, still refers to them.
 		n.node.Advance(rd)
 	}
 	s.scheduleTick(n)
@@ -669,6 +671,15 @@ func (s *sim) deliver(to *simNode, msg Message) {
 		msg.Ref = s.nextRef
 	}
 	to.node.Step(&msg)
+	// As the mesh does: a request's operations and a response's results
+	// are decoded into again once Step returns. Cleared here, so that
+	// every run checks that the node kept no reference to them.
+	if r := msg.Request; r != nil {
+		clear(r.Ops)
+	}
+	if r := msg.Response; r != nil {
+		clear(r.Results)
+	}
 	s.flush(to)
 }
 

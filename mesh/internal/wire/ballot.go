@@ -318,7 +318,8 @@ func (d *decoder) membership() *quorum.Membership {
 	return m
 }
 
-// DecodeRequest decodes and checks a request (KindRequest).
+// DecodeRequest decodes and checks a request (KindRequest). Its
+// operations come from OpsPool, for the caller to put back.
 func (l Limits) DecodeRequest(body []byte) (*quorum.Request, error) {
 	if len(body) == 0 || body[0] != KindRequest {
 		return nil, fmt.Errorf("%w: not a request", ErrMalformed)
@@ -329,7 +330,7 @@ func (l Limits) DecodeRequest(body []byte) (*quorum.Request, error) {
 	n := d.list(l.MaxOps)
 	d.fits(n, MinOpBytes)
 	if d.err == nil {
-		r.Ops = quorum.MakeOps(n)
+		r.Ops = OpsPool.Get(n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		op := &r.Ops[i]
@@ -358,7 +359,8 @@ func (l Limits) DecodeRequest(body []byte) (*quorum.Request, error) {
 	return r, nil
 }
 
-// DecodeResponse decodes and checks a response (KindResponse).
+// DecodeResponse decodes and checks a response (KindResponse). Its
+// results come from ResultsPool, for the caller to put back.
 func (l Limits) DecodeResponse(body []byte) (*quorum.Response, error) {
 	if len(body) == 0 || body[0] != KindResponse {
 		return nil, fmt.Errorf("%w: not a response", ErrMalformed)
@@ -369,7 +371,7 @@ func (l Limits) DecodeResponse(body []byte) (*quorum.Response, error) {
 	n := d.list(l.MaxOps)
 	d.fits(n, MinResultBytes)
 	if d.err == nil {
-		r.Results = quorum.MakeResults(n)
+		r.Results = ResultsPool.Get(n)
 	}
 	for i := 0; i < n && d.err == nil; i++ {
 		res := &r.Results[i]
