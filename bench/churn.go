@@ -110,7 +110,7 @@ func churn(ctx context.Context, o options) workload.Row {
 	row.Figures[figForgetRate] = last[figDropped] / elapsed.Seconds()
 	row.Notes = append(row.Notes,
 		"heap: HeapAlloc after runtime.GC() of the whole process (3 voters and the callers), every tenth of the keys; ops/s and CPU µs/op: the locking only, the GCs between steps left out",
-		"registers per voter: keys locked less Status().Acceptor.Dropped (the mesh does not report the count itself); a voter keeps up to MaxRegisters (65536) before it forgets idle ones, forgetting at most 64 keys at a time per sweep, a sweep every 2 round timeouts")
+		"registers per voter: keys locked less Status().Acceptor.Dropped (the mesh does not report the count itself); a voter keeps up to MaxRegisters (65536) before it forgets idle ones, at most 512 forgets in flight per voter, a sweep every quarter round timeout while over the cap")
 	return row
 }
 

@@ -670,11 +670,11 @@ func (a *Acceptor) NextTick() (time.Duration, bool) {
 		set(a.expiries[0].at)
 	}
 	if a.state == Live && len(a.lru) > 0 {
-		// The next sweep (acceptor_registers.go): a retry interval after
-		// the last one when over MaxRegisters, else when the register idle
+		// The next sweep (acceptor_registers.go): soon after the last one
+		// when over MaxRegisters (sweepEvery), else when the register idle
 		// longest is due.
 		if len(a.regs) > a.cfg.MaxRegisters {
-			set(a.sweptAt + a.cfg.RetryInterval)
+			set(a.sweptAt + a.sweepEvery())
 		} else {
 			set(max(a.lru[0].at+a.cfg.RegisterIdle, a.sweptAt+a.cfg.RetryInterval))
 		}

@@ -100,7 +100,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		return nil
 	}
 	now := a.clock.Now()
-	if now < a.sweptAt+a.cfg.RetryInterval {
+	if now < a.sweptAt+a.sweepEvery() {
 		return nil // swept a moment ago: the forgets of then are under way
 	}
 	a.sweptAt = now
@@ -127,6 +127,16 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 	}
 	a.compactLRU()
 	return keys
+}
+
+// sweepEvery is how long sweeps wait for each other: a retry interval, or
+// an eighth of one while there are more registers than MaxRegisters (keys
+// come faster than a sweep a retry interval frees them).
+func (a *Acceptor) sweepEvery() time.Duration {
+	if len(a.regs) > a.cfg.MaxRegisters {
+		return a.cfg.RetryInterval / 8
+	}
+	return a.cfg.RetryInterval
 }
 
 // compactLRU drops stale entries once they outnumber the registers.
