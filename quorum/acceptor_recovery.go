@@ -46,6 +46,7 @@ type peerCatchUp struct {
 	durable, fresh bool
 	newer          uint64
 	inc            uint64 // its incarnation, as it last answered
+	answered       bool   // it answered (newer says what it accepted)
 	// lost: it said, since this acceptor started, that it was recovering
 	// from its disk: its registers are gone, even if it votes again now.
 	lost        bool
@@ -200,6 +201,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return
 	}
 	p.fresh, p.newer, p.newerBallot, p.inc = resp.Fresh, resp.NewerConfig, nil, resp.Inc
+	p.answered = true
 	p.lost = p.lost || resp.LostWith
 	if resp.NewerConfig != 0 && resp.NewerBallot != nil && resp.NewerMembers != nil &&
 		resp.NewerMembers.Version() == resp.NewerConfig && resp.NewerMembers.Validate() == nil {
@@ -438,7 +440,7 @@ func (a *Acceptor) persistLive() bool {
 // value a majority chose may now live only at voters it has not heard
 // from.
 func (a *Acceptor) restartedMajority(voters []NodeID) bool {
-	if a.newerConfigAccepted() != 0 || !slices.Contains(voters, a.cfg.ID) {
+	if a.newerMaybeChosen() || !slices.Contains(voters, a.cfg.ID) {
 		return false
 	}
 	n := 1
@@ -506,4 +508,35 @@ func (a *Acceptor) noteRestartedWith() {
 			a.restartedWith[p.id] = p.inc
 		}
 	}
+}
+
+// newerMaybeChosen reports whether a configuration newer than the adopted
+// one, which this acceptor accepted, may have been chosen: whether the
+// voters that did not answer without it (this one included) make
+// majorities of the voters, and of those before a pending change. One
+// that cannot have been chosen does not keep the acceptor from voting in
+// the configuration it has: a change that finishes it later reaches it as
+// it reaches any voter. (A voter changes configurations only with a disk,
+// so every voter that could have accepted one says so.)
+func (a *Acceptor) newerMaybeChosen() bool {
+	if a.newerConfigAccepted() == 0 {
+		return false
+	}
+	if a.faults.ignoreNewerConfig {
+		return false
+	}
+	could := func(voters []NodeID) bool {
+		n := 0
+		for _, v := range voters {
+			if v != a.cfg.ID {
+				i := slices.IndexFunc(a.catchUp.peers, func(p *peerCatchUp) bool { return p.id == v })
+				if i >= 0 && a.catchUp.peers[i].answered && a.catchUp.peers[i].newer == 0 {
+					continue
+				}
+			}
+			n++
+		}
+		return n >= len(voters)/2+1
+	}
+	return could(a.m.Voters) && (!a.m.Pending || could(a.m.Prev))
 }
