@@ -33,6 +33,7 @@ import (
 // allCases are the cases in the order they run and print.
 var allCases = []string{
 	"floor", "lockmesh", "lockmesh-disk", "lockmesh-procs", "lockmesh5", "lockmesh7",
+	"lockmesh-1node", "lockmesh-8nodes", "lockmesh-fair",
 	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",
 	"renewal", "crash",
 }
