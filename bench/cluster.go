@@ -13,8 +13,9 @@ import (
 // loopback: mesh.DefaultLocalConfig (1 s TTL), ports picked by the kernel,
 // no metric sink (the default: a sink costs CPU on every message).
 type cluster struct {
-	nodes []*mesh.Mesh
-	cfgs  []*mesh.Config
+	nodes  []*mesh.Mesh // the voters first
+	cfgs   []*mesh.Config
+	voters int // how many of nodes vote
 }
 
 // startCluster starts n voters named v1..vn and returns once every voter
@@ -38,12 +39,24 @@ func lanTiming(cfg *mesh.Config) {
 // startClusterWith is startCluster with tweak applied to every node's
 // configuration.
 func startClusterWith(ctx context.Context, n int, tweak func(*mesh.Config)) (*cluster, error) {
+	return startMixedCluster(ctx, n, 0, tweak)
+}
+
+// startMixedCluster starts voters v1..vN and then non-voters n(N+1)..n(N+K)
+// (nodes that acquire but do not vote), tweak applied to every node's
+// configuration, and returns once every voter votes and every node sees
+// every other alive with a ballot address.
+func startMixedCluster(ctx context.Context, n, nonVoters int, tweak func(*mesh.Config)) (*cluster, error) {
 	c := &cluster{}
-	var voters []string
+	var voters, names []string
 	for i := range n {
 		voters = append(voters, fmt.Sprintf("v%d", i+1))
 	}
-	for i, name := range voters {
+	names = append(names, voters...)
+	for i := range nonVoters {
+		names = append(names, fmt.Sprintf("n%d", n+i+1))
+	}
+	for i, name := range names {
 		cfg := mesh.DefaultLocalConfig()
 		cfg.Name = name
 		cfg.Voters = voters
@@ -62,6 +75,7 @@ func startClusterWith(ctx context.Context, n int, tweak func(*mesh.Config)) (*cl
 		c.nodes = append(c.nodes, m)
 		c.cfgs = append(c.cfgs, cfg)
 	}
+	c.voters = n
 	// memberlist may take until its next push/pull to spread a join; a
 	// join with every node settles the membership at once.
 	for _, m := range c.nodes[1:] {
@@ -85,10 +99,11 @@ func (c *cluster) addrs() []string {
 	return out
 }
 
-// waitReady waits until every node votes and sees all the others.
+// waitReady waits until every voter votes and every node sees all the
+// others.
 func (c *cluster) waitReady(ctx context.Context) error {
 	return waitFor(ctx, "every voter live and every member seen", func() (bool, string) {
-		for _, m := range c.nodes {
+		for i, m := range c.nodes {
 			st := m.Status()
 			alive := 0
 			for _, mb := range st.Members {
@@ -96,7 +111,7 @@ func (c *cluster) waitReady(ctx context.Context) error {
 					alive++
 				}
 			}
-			if st.Voting != "live" || alive < len(c.nodes) {
+			if (i < c.voters && st.Voting != "live") || alive < len(c.nodes) {
 				return false, fmt.Sprintf("%s: voting %q, %d of %d members alive", st.Name, st.Voting, alive, len(c.nodes))
 			}
 		}

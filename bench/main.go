@@ -37,6 +37,7 @@ import (
 var allCases = []string{
 	"floor", "lockmesh", "lockmesh-disk", "lockmesh-procs", "lockmesh5", "lockmesh7",
 	"scale", "scale-disk", "churn",
+	"lockmesh-1node", "lockmesh-8nodes", "lockmesh-fair",
 	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",
 	"renewal", "crash",
 }

@@ -184,6 +184,8 @@ func medianRow(rows []workload.Row) workload.Row {
 	m.Error = ""
 	var (
 		p50, p99, p999, ops, cpu, h50, h99 []float64
+		h999, hmax, holds, ratio, jain     []float64
+		perNode                            = map[string][]float64{}
 		lat                                *workload.Summary
 		tp                                 *workload.ThroughputResult
 		ho                                 *workload.HandoverResult
@@ -203,6 +205,14 @@ func medianRow(rows []workload.Row) workload.Row {
 		}
 		if h := r.Handover; h != nil && h.Handover != nil && h.Handover.N > 0 {
 			h50, h99 = append(h50, h.Handover.P50), append(h99, h.Handover.P99)
+			h999, hmax = append(h999, h.Handover.P999), append(hmax, h.Handover.Max)
+			holds = append(holds, float64(h.Holds))
+			if f := h.Fairness; f != nil {
+				ratio, jain = append(ratio, f.MaxOverMin), append(jain, f.Jain)
+				for g, n := range f.Grants {
+					perNode[g] = append(perNode[g], float64(n))
+				}
+			}
 			ho = cmp.Or(ho, h)
 		}
 	}
@@ -218,7 +228,16 @@ func medianRow(rows []workload.Row) workload.Row {
 	}
 	if len(h50) > 0 {
 		h := *ho
-		h.Handover = &workload.Summary{N: 1, P50: median(h50), P99: median(h99)}
+		h.Handover = &workload.Summary{N: 1, P50: median(h50), P99: median(h99), P999: median(h999), Max: median(hmax)}
+		h.Holds = int(median(holds))
+		h.Fairness = nil
+		if len(jain) > 0 {
+			f := &workload.Fairness{Grants: map[string]int{}, MaxOverMin: median(ratio), Jain: median(jain)}
+			for g, ns := range perNode {
+				f.Grants[g] = int(median(ns))
+			}
+			h.Fairness = f
+		}
 		m.Handover = &h
 	} else {
 		m.Handover = nil

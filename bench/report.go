@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -226,6 +227,7 @@ func (r *report) markdown() string {
 			}
 		}
 		w("\n")
+		r.handoverMarkdown(&b)
 		r.spreadMarkdown(&b)
 		r.figuresMarkdown(&b)
 	}
@@ -289,6 +291,52 @@ func withRange(v float64, vs []float64, f func(float64) string) string {
 		}
 	}
 	return out
+}
+
+// handoverMarkdown is the table of every row's hand-over figures: the
+// tail as well as the median, and how the grants went to the nodes where
+// that was measured.
+func (r *report) handoverMarkdown(b *strings.Builder) {
+	any := false
+	for _, row := range r.Rows {
+		if h := row.Handover; h != nil && h.Handover != nil && h.Handover.N > 0 {
+			any = true
+		}
+	}
+	if !any {
+		return
+	}
+	if r.merged > 0 {
+		fmt.Fprintf(b, "Hand-over, medians of %d runs (each figure the median of the runs' figures):\n\n", r.merged)
+	} else {
+		fmt.Fprintf(b, "Hand-over (from the start of a release to the grant to another goroutine):\n\n")
+	}
+	fmt.Fprintf(b, "| case | contenders | grants | p50 | p99 | p99.9 | max | grants per node | max/min | Jain |\n")
+	fmt.Fprintf(b, "|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n")
+	for _, row := range r.Rows {
+		h := row.Handover
+		if h == nil || h.Handover == nil || h.Handover.N == 0 {
+			continue
+		}
+		s := h.Handover
+		per, ratio, jain := "—", "—", "—"
+		if f := h.Fairness; f != nil {
+			var parts []string
+			for _, g := range slices.Sorted(maps.Keys(f.Grants)) {
+				parts = append(parts, fmt.Sprintf("%s %d", g, f.Grants[g]))
+			}
+			per = strings.Join(parts, ", ")
+			if f.MaxOverMin > 0 {
+				ratio = fmt.Sprintf("%.2f×", f.MaxOverMin)
+			} else {
+				ratio = "∞"
+			}
+			jain = fmt.Sprintf("%.3f", f.Jain)
+		}
+		fmt.Fprintf(b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s |\n", row.Case, h.Placement, h.Holds,
+			us(s.P50), us(s.P99), us(s.P999), us(s.Max), per, ratio, jain)
+	}
+	fmt.Fprintf(b, "\n")
 }
 
 func (r *report) workers() int {

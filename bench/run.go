@@ -40,6 +40,10 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row {
 				return []workload.Row{lockmeshInProcess(ctx, o, c, voters, c == "lockmesh-disk")}
 			})
+		case "lockmesh-1node", "lockmesh-8nodes", "lockmesh-fair":
+			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row {
+				return []workload.Row{lockmeshContention(ctx, o, c)}
+			})
 		case "lockmesh-procs":
 			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row {
 				return []workload.Row{lockmeshProcesses(ctx, o, nodeBin, log)}

@@ -165,6 +165,8 @@ type HandoverResult struct {
 	// begun its release: two holders at once, as seen by the callers. Any
 	// is a failure of mutual exclusion (or of the clock).
 	Overlaps int `json:"overlaps"`
+	// Fairness, when measured, is how the grants went to the nodes.
+	Fairness *Fairness `json:"fairness,omitempty"`
 }
 
 // Handovers merges holds (from one or several processes) in the order they

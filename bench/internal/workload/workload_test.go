@@ -95,3 +95,24 @@ func TestTimedThroughput(t *testing.T) {
 		t.Fatalf("%d timed, %d counted, per worker %v", lat.N, res.Ops, per)
 	}
 }
+
+// FairnessOf counts grants per node, with Jain's index and the max/min
+// ratio.
+func TestFairnessOf(t *testing.T) {
+	var holds []Hold
+	for i := 0; i < 3; i++ {
+		holds = append(holds, Hold{Worker: "v1/0"})
+	}
+	holds = append(holds, Hold{Worker: "v2/1"}, Hold{Worker: "v2/4"}, Hold{Worker: "v2/7"}, Hold{Worker: "v3/2"})
+	f := FairnessOf(holds, []string{"v1", "v2", "v3"}, NodeOf)
+	if f.Grants["v1"] != 3 || f.Grants["v2"] != 3 || f.Grants["v3"] != 1 {
+		t.Fatalf("grants %v", f.Grants)
+	}
+	// (3+3+1)² / (3·(9+9+1)) = 49/57
+	if f.MaxOverMin != 3 || f.Jain < 49.0/57-1e-9 || f.Jain > 49.0/57+1e-9 {
+		t.Fatalf("%+v", f)
+	}
+	if f := FairnessOf(holds, []string{"v1", "v2", "v3", "v4"}, NodeOf); f.MaxOverMin != 0 || f.Grants["v4"] != 0 {
+		t.Fatalf("a node without grants: %+v", f)
+	}
+}
