@@ -112,6 +112,17 @@ func (b *book) snapshot() []namedPeer {
 	return out
 }
 
+// get returns what the book holds of one peer.
+func (b *book) get(name string) (peer, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.peers[name]
+	if p == nil {
+		return peer{}, false
+	}
+	return *p, true
+}
+
 type namedPeer struct {
 	name string
 	peer

@@ -563,12 +563,7 @@ func (m *Mesh) clearMismatch(peer, what string) {
 // mismatchWith names what differs with peer, if anything ("" if nothing
 // recent).
 func (m *Mesh) mismatchWith(peer string) string {
-	var whats []string
-	for _, sm := range m.SettingsMismatches() {
-		if sm.Peer == peer {
-			whats = append(whats, sm.What)
-		}
-	}
+	whats := m.settingsMismatchesWith(peer)
 	m.rs.mu.Lock()
 	defer m.rs.mu.Unlock()
 	for _, o := range m.rs.mismatches[peer] {

@@ -242,3 +242,28 @@ func (b *book) peerMeta(name string) (nodeMeta, bool) {
 	}
 	return p.meta, true
 }
+
+// settingsMismatchesWith is what SettingsMismatches lists for one peer,
+// its Whats in order, without a copy of the whole book: readiness asks it
+// of every voter after every probe answer.
+func (m *Mesh) settingsMismatchesWith(peer string) []string {
+	var whats []string
+	m.refused.mu.Lock()
+	if diffs := m.refused.peer[peer]; len(diffs) > 0 && time.Since(diffs[0].Seen) <= settingsHold {
+		for _, d := range diffs {
+			whats = append(whats, d.What)
+		}
+	}
+	m.refused.mu.Unlock()
+	if p, ok := m.book.get(peer); ok && p.state == "alive" && peer != m.cfg.Name {
+		if theirs, ok := p.meta.Settings(); ok {
+			for _, d := range mismatches(m.settings(), theirs, true) {
+				if !slices.Contains(whats, d.What) {
+					whats = append(whats, d.What)
+				}
+			}
+		}
+	}
+	slices.Sort(whats)
+	return whats
+}
