@@ -321,19 +321,7 @@ func restartFoundersAfterChanges(t *testing.T, bug string) (s *sim, granted bool
 	var holdAt time.Duration
 	cfg.Script = func(s *sim) {
 		for i, ch := range changes {
-			s.at(time.Duration(500+700*i)*time.Millisecond, func() {
-				n := s.nodes[0]
-				var inc uint64
-				if ch.add != "" {
-					inc = s.node(ch.add).inc
-				}
-				id, err := n.node.ChangeVoters(ch.add, inc, ch.remove, n.clock.Now()+time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				n.changes[id] = &ch
-				s.flush(n)
-			})
+			s.at(time.Duration(500+700*i)*time.Millisecond, func() { changeFrom(t, s, s.nodes[0], ch) })
 		}
 		holdAt = time.Duration(500+700*len(changes)) * time.Millisecond
 		h, w := s.nodes[3].clients[0], s.nodes[1].clients[0]
