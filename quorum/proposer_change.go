@@ -84,7 +84,12 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		if !base.Held && slices.Contains(x.attempted, base.Epoch) {
 			return base, OpResult{}, true // as for a release
 		}
-		if !mine || !slices.Contains(x.targets, base.Epoch) || (ks.lease != nil && ks.lease.epoch == base.Epoch) || now < ks.lastDeadline {
+		if !mine || !slices.Contains(x.targets, base.Epoch) || (ks.lease != nil && ks.lease.epoch == base.Epoch) || now < ks.lastDeadline ||
+			p.releasing(ks, base.Epoch) {
+			// (A release of a lease of that epoch under way: the grant is
+			// the lease's, not the one the cleanup was for. The same node
+			// can write one epoch twice when its first write reached no
+			// voter; the release frees it, and says so.)
 			return Value{}, OpResult{Outcome: NotHeld, Epoch: base.Epoch}, false
 		}
 		return Value{Epoch: base.Epoch}, OpResult{}, true

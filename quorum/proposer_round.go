@@ -969,6 +969,13 @@ func (p *Proposer) freeing(ks *keyState, e uint64) bool {
 	return false
 }
 
+// releasing reports whether a release of this node's lease of epoch e is
+// queued or running on ks.
+func (p *Proposer) releasing(ks *keyState, e uint64) bool {
+	rel := func(q *op) bool { return q != nil && q.phase != phaseDone && q.kind == kindRelease && q.epoch == e }
+	return rel(ks.active) || slices.ContainsFunc(ks.queue, rel) || slices.ContainsFunc(ks.parked, rel)
+}
+
 // noDiskVoters lists the voters that refused an operation for want of a
 // disk (ReasonNoDisk).
 func noDiskVoters(rs []reply) []NodeID {

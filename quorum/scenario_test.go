@@ -869,3 +869,36 @@ func errNotHeld(t *testing.T, what string, err error) {
 		t.Errorf("%s: %v, want %v", what, err, ErrNotHeld)
 	}
 }
+
+// A cleanup frees a grant of this node that no lease stands for. A node
+// can write one epoch twice (an acquire whose write reached no voter, then
+// another that wrote the same next epoch and was granted it): a cleanup
+// for the first, deciding while the second's lease is being released,
+// found the grant free of any lease and freed it too, and both reported
+// "released" (the simulator's I8, seed 8 with 5 voters, once main's
+// faster forgetting moved its timing). The release frees it; the cleanup
+// leaves it.
+func TestScenarioCleanupLeavesAGrantBeingReleased(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1")
+	g := c.mustGrant("p1", "k")
+	n := c.node("p1")
+	p := n.prop
+	ks := p.keys["k"]
+	x := p.newOp(ks, kindCleanup, n.clock.Now()+p.cfg.CleanupTimeout)
+	x.targets = []uint64{g.Epoch} // as if an earlier attempt had written it
+	p.enqueue(x, false)           // its prepare is out, not answered yet
+	op, err := p.Release("k", g.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	res := c.waitResult("p1", op, scRoundTimeout)
+	if res.Outcome != Released || res.Epoch != g.Epoch {
+		t.Fatalf("release: %v %d, want released %d", res.Outcome, res.Epoch, g.Epoch)
+	}
+	for _, r := range n.results {
+		if r.Internal && r.Outcome == Released {
+			t.Errorf("the cleanup released epoch %d too, while the lease's release did", r.Epoch)
+		}
+	}
+}
