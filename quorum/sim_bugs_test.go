@@ -224,9 +224,13 @@ func TestCheckerCatchesEpochReuse(t *testing.T) {
 
 // Settling a voter change without moving the keys into the new voters: two
 // changes later, a majority of the voters need not meet the majority that
-// holds a lease, and grants it again.
+// holds a lease, and grants it again (I1), under a token that majority
+// never saw exceeded (I2), or the register goes back (I8). Which checker
+// sees it first is a matter of timing: with the hand-over changes on
+// main's faster forgetting, the first run to break a rule (seed 93) broke
+// I2, and none broke I1 or I8 first in 100 seeds.
 func TestCheckerCatchesSkippedMigration(t *testing.T) {
-	findViolation(t, "skip-migration", "I1|I8", 100, func(c *simConfig) { c.Reconfig = true })
+	findViolation(t, "skip-migration", "I1|I2|I8", 100, func(c *simConfig) { c.Reconfig = true })
 }
 
 // A voter that restarts from its disk without its epoch mark: after a full
