@@ -290,12 +290,95 @@ func TestCheckerCatchesShortQuarantine(t *testing.T) {
 
 // Fast-path accepts sent to voters that did not promise the ballot (found
 // by the simulator once a majority could crash under running proposers):
-// a voter that lost its state takes a stale value at a high ballot, and a
-// later round takes it up.
+// a voter takes a stale value at a high ballot, and a later round takes it
+// up. Random runs reached it about once in eight hundred (and a change of
+// timing elsewhere lost the one seed that did), so the scenario is
+// scripted. n3 writes k0 while cut off from n2: its fast path stands on n0
+// and n1 (it had heard from n2 before, on k1). The majority n0, n1 crashes
+// and comes back without state; n4 takes k0, at low ballots. Then n3
+// acquires k0 on its old fast path, with an older token than n4's. The
+// accepts may go only to n0 and n1, in the lives that promised, which
+// refuse them; sent to n2 as well, they put n3's grant there above n4's,
+// and a read from n0 and n2 takes it for the register's value: the
+// register goes back to an older token while n4 holds the key.
 func TestCheckerCatchesFastPathToAnyVoter(t *testing.T) {
-	findViolation(t, "fast-path-any-voter", "I2|I1|I8", 100, func(c *simConfig) {
-		c.Retime, c.RetimeTTL, c.Reconfig = true, c.TTL/4, false
-	})
+	for _, bug := range []string{"", "fast-path-any-voter"} {
+		s := fastPathAfterMajorityLoss(t, bug)
+		caught := len(s.fail) > 0 && slices.ContainsFunc([]string{"I1", "I2", "I8"}, func(w string) bool {
+			return strings.HasPrefix(violation(s.fail[0]), w)
+		})
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("%s", failureReport(s))
+		case bug != "" && !caught:
+			t.Errorf("bug %q: the scenario broke no rule the checkers see (%v)", bug, s.fail)
+		case bug != "":
+			t.Logf("bug %q caught: %s", bug, firstLine(s.fail[0]))
+		}
+	}
+}
+
+// fastPathAfterMajorityLoss runs the scenario of TestCheckerCatchesFastPathToAnyVoter.
+func fastPathAfterMajorityLoss(t *testing.T, bug string) *sim {
+	t.Helper()
+	cfg := faultFree(1, 3, 3, 1, 1)
+	cfg.Bug = bug
+	cfg.Disks, cfg.WallBack = false, false
+	cfg.skipI5 = bug != ""
+	cfg.Script = func(s *sim) {
+		p, r := s.nodes[3].clients[0], s.nodes[4].clients[0]
+		p.holdTime, r.holdTime = 10*time.Millisecond, 1500*time.Millisecond
+		cut := func(on bool) { s.cut[[2]int{3, 2}], s.cut[[2]int{2, 3}] = on, on }
+		s.at(1200*time.Millisecond, func() {
+			// n3 hears from every voter (it learns their incarnations).
+			p.acquire("k1", true, time.Second)
+			s.flush(p.n)
+		})
+		s.at(1500*time.Millisecond, func() {
+			cut(true)
+			p.acquire("k0", true, time.Second)
+			s.flush(p.n)
+		})
+		s.at(1700*time.Millisecond, func() {
+			cut(false)
+			ks := p.n.node.prop.keys["k0"]
+			if ks == nil || ks.fast == nil || len(ks.fast.incs) != 2 || ks.fast.incs.get("n2") != 0 {
+				t.Fatalf("n3's fast path on k0 is not on n0 and n1 alone: %+v", ks)
+			}
+			s.crash(s.nodes[0])
+			s.crash(s.nodes[1])
+		})
+		s.at(1800*time.Millisecond, func() {
+			s.start(s.nodes[0])
+			s.start(s.nodes[1])
+		})
+		s.at(4*time.Second, func() {
+			for _, v := range s.nodes[:3] {
+				if v.node.acc == nil || v.node.acc.State() != Live {
+					t.Fatalf("%s does not vote yet", v.id)
+				}
+			}
+			r.acquire("k0", true, time.Second)
+			s.flush(r.n)
+		})
+		s.at(4005*time.Millisecond, func() {
+			if r.grant == nil {
+				t.Fatalf("n4 was not granted k0")
+			}
+			p.acquire("k0", true, 2*time.Second)
+			s.flush(p.n)
+		})
+		s.at(4050*time.Millisecond, func() {
+			// A reader that n1 cannot hear reads k0 from n0 and n2.
+			s.cut[[2]int{5, 1}], s.cut[[2]int{1, 5}] = true, true
+			rd := s.nodes[5].clients[0]
+			rd.read("k0")
+			s.flush(rd.n)
+		})
+	}
+	s := newSim(cfg)
+	s.run()
+	return s
 }
 
 // reconfigHeavy changes voters often, with crashes, on few keys.

@@ -635,6 +635,9 @@ func (s *sim) flush(n *simNode) {
 			if msg.Kind == MsgRequest {
 				s.check.requestSent(n, msg.Request)
 			}
+			if msg.Kind == MsgNotify && s.cfg.Trace {
+				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To(), msg.Notify.Keys, msg.Notify.Promised)
+			}
 			msg = cloneMessage(msg) // the node's until Advance
 			to := s.node(msg.To())
 			s.send(n, to, func() { s.deliver(to, msg) })
