@@ -436,10 +436,14 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	}
 	r := a.register(op.Key)
 	left := r.remaining(now)
-	if op.IfFree && r.reservedAgainst(op.Ballot.Node, now) {
+	if op.IfFree && r.reservedAgainst(op.Ballot.Node, now) && !r.value.heldBy(op.Ballot.Node, op.Ballot.Incarnation) {
 		// An acquire of a node that was not waiting, while the key is
 		// handed to those that were: promise nothing (a promise would cost
-		// the waiters their round). A waiting acquire joins the line.
+		// the waiters their round). A waiting acquire joins the line. The
+		// node the register names as holder is not held back: the key is
+		// its own (a grant of an earlier round of its acquire, written
+		// back by another node's read), and until it takes it up or frees
+		// it nobody else can have it.
 		if op.Watch && from != "" {
 			a.watch(op.Key, r, from, now, 0)
 		}
@@ -447,10 +451,14 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
 	}
-	if op.Watch && from != "" && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
-		// A waiter that finds a live lease of another here waits on this
-		// acceptor, whatever becomes of its ballot; one that finds the
-		// key free here is about to take it.
+	if op.Watch && from != "" && !(left > 0 && r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
+		// A waiter joins the line here whatever becomes of its ballot,
+		// and whether or not this acceptor times a lease: the key may be
+		// held at the other voters, and every voter should have the same
+		// waiters in the same order, so that a release is handed to the
+		// same one everywhere (a waiter missing from a line is refused
+		// there while the key is handed to those in it). One that takes
+		// the key leaves the line with its grant.
 		a.watch(op.Key, r, from, now, left)
 	}
 	if op.Ballot.Less(r.promise) {

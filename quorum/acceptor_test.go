@@ -841,15 +841,25 @@ func release(t testing.TB, f *accFixture) {
 	mustOK(t, "release", f.accept(bal(2, "p"), Value{Epoch: 30}))
 }
 
-func TestAcceptorWatchRegistersOnlyOnLiveLease(t *testing.T) {
+// A waiter joins the line at every voter its prepare reaches, whether the
+// key is held there or not (it may be held at the others): every voter
+// then has the same waiters, and tells the same one at a release. One
+// that took the key would have left the line with its grant.
+func TestAcceptorWatchQueuesEveryWaitingPrepare(t *testing.T) {
 	f := newLiveAcceptor(t)
-	// The key is free here: a waiter that finds it so is about to take it,
-	// and is not queued.
 	mustOK(t, "watch prepare on a free key", f.one("w1", watchPrepare(1, "w1")))
-	mustOK(t, "grant", f.acceptNext(bal(2, "p"), grantTo("p", 30, bal(2, "p")), bal(3, "p")))
+	mustOK(t, "grant to another", f.acceptNext(bal(2, "p"), grantTo("p", 30, bal(2, "p")), bal(3, "p")))
 	mustOK(t, "release", f.accept(bal(3, "p"), Value{Epoch: 30}))
-	if n := notified(t, f.a); len(n) != 0 {
-		t.Errorf("notified %v, yet nobody watched a live lease", n)
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+		t.Errorf("notified %v, want [w1]: it waited here, on a key free here", n)
+	}
+	// Its own grant takes a waiter out of the line.
+	f2 := newLiveAcceptor(t)
+	mustOK(t, "watch prepare", f2.one("w1", watchPrepare(1, "w1")))
+	mustOK(t, "grant to the waiter", f2.acceptNext(bal(1, "w1"), grantTo("w1", 30, bal(1, "w1")), bal(2, "w1")))
+	mustOK(t, "release", f2.accept(bal(2, "w1"), Value{Epoch: 30}))
+	if n := notified(t, f2.a); len(n) != 0 {
+		t.Errorf("notified %v: the waiter took the key and left the line", n)
 	}
 }
 
@@ -891,6 +901,41 @@ func TestAcceptorHandoffPassesToNextWatcherAfterGrace(t *testing.T) {
 	if n := notified(t, f.a); len(n) != 0 {
 		t.Errorf("notified %v although w2 came for the key", n)
 	}
+}
+
+// The waiter told first keeps its place in line when another waiter (told
+// first by another voter) takes the key: it is told again at the next
+// release, not sent to the back.
+func TestAcceptorToldWaiterKeepsItsTurn(t *testing.T) {
+	f := heldWithWatchers(t)
+	release(t, f)
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+		t.Fatalf("notified %v, want [w1]", n)
+	}
+	mustOK(t, "w2's grant", f.one("w2", Op{Kind: OpAccept, Key: "k", Ballot: bal(10, "w2"), Inc: accInc,
+		Value: grantTo("w2", 31, bal(10, "w2")), Next: bal(11, "w2")}))
+	mustOK(t, "w2's release", f.one("w2", Op{Kind: OpAccept, Key: "k", Ballot: bal(11, "w2"), Inc: accInc, Value: Value{Epoch: 31}}))
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w1"}) {
+		t.Fatalf("notified %v at w2's release, want [w1] again", n)
+	}
+	// w1 lets its grace pass with the key free here: it had its turn.
+	f.clock.advance(accGrace)
+	f.a.Tick()
+	if n := notified(t, f.a); !slices.Equal(n, []NodeID{"w3"}) {
+		t.Fatalf("notified %v after w1's grace, want [w3]", n)
+	}
+}
+
+// While the key is handed to the waiters, the node the register names as
+// holder is not held back: a grant of an earlier round of its own acquire,
+// written back by another node's read, is the key's value, and only that
+// node can take it up or free it.
+func TestAcceptorHandoffLetsTheRegistersHolderThrough(t *testing.T) {
+	f := heldWithWatchers(t)
+	release(t, f)
+	mustOK(t, "a read's write-back of x's grant", f.accept(bal(20, "r"), grantTo("x", 31, bal(15, "x"))))
+	mustOK(t, "x's prepare", f.one("x", Op{Kind: OpPrepare, Key: "k", Ballot: bal(21, "x"), IfFree: true}))
+	mustRefuse(t, "y's prepare", f.one("y", Op{Kind: OpPrepare, Key: "k", Ballot: bal(22, "y"), IfFree: true}), ReasonHandoff)
 }
 
 func TestAcceptorHandoffRefusesOtherGrants(t *testing.T) {

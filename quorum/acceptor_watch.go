@@ -27,20 +27,20 @@ func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Du
 
 // wake hands key to the first watcher in line: it alone is told that the
 // key is free, so that waiters take turns instead of all rushing at the key
-// and fighting over ballots. If the key is still not held here a hand-off
-// grace later (that waiter gave up, died, or lost), the next one is told.
+// and fighting over ballots. It keeps its place until it takes the key (its
+// grant takes it out of the line), leaves, or lets a hand-off grace pass
+// with the key still free here: then it is dropped and the next one is
+// told. (A waiter told first that then lost a ballot race to another is
+// told again at the next release: it does not lose its turn.)
 func (a *Acceptor) wake(key string, r *register, now time.Duration) {
 	if len(r.watchers) == 0 {
 		return
 	}
 	w := r.watchers[0]
-	r.watchers = append(r.watchers[:0], r.watchers[1:]...)
 	a.notify[w] = append(a.notify[w], notice{key, r.promise.Counter})
 	r.handedTo, r.handedUntil = w, now+a.cfg.HandoffGrace
 	r.eligible = len(r.watchers) // those waiting now may take the key too
-	if len(r.watchers) > 0 {
-		heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
-	}
+	heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
 }
 
 // expire wakes the next watcher of every watched key whose lease has run out
@@ -66,6 +66,11 @@ func (a *Acceptor) expire(now time.Duration) {
 			// A hand-off is running (several waiters may each have queued
 			// the end of the same lease): its own grace decides what next.
 			continue
+		case r.handedTo != "":
+			// The waiter told last let its grace pass, the key still free
+			// here: it had its turn.
+			a.unwatch(r, r.handedTo)
+			r.handedTo = ""
 		}
 		a.wake(e.key, r, now)
 	}

@@ -58,8 +58,9 @@ type Op struct {
 	Value Value `codec:"v,omitempty"`
 	// Next, on an accept, is the ballot the acceptor promises as it accepts.
 	Next Ballot `codec:"nb,omitempty"`
-	// Watch, on a prepare, asks the acceptor to send a Notify when the key
-	// next stops being held by a live lease.
+	// Watch, on a prepare, marks a waiting acquire: the acceptor puts the
+	// sender in the key's line of waiters, and sends it a Notify when its
+	// turn comes (the key is freed with it first in line).
 	Watch bool `codec:"w,omitempty"`
 	// IfFree, on a prepare, asks the acceptor not to promise while a live
 	// lease of another holder runs here: an acquire that will only find the
