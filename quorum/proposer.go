@@ -341,7 +341,7 @@ type proposerFaults struct {
 	noEpochFloor     bool            // next epoch = highest seen + 1, without the wall-clock floor
 	skipMigration    bool            // settle a voter change without moving the keys into it
 	perKeyBallots    bool            // count ballots per key only, from 1 again after forgetting a key
-	anyTimerLocks    bool            // take any live timer of a grant not behind base for a lock
+	anyTimerLocks    bool            // take any live timer of a grant not behind base for a lock, seen at one voter or more
 	fastAnyVoter     bool            // send fast-path accepts to voters that did not promise the ballot
 	listFromOne      bool            // move the keys one old voter lists, not a majority's
 	keepFastOnAdopt  bool            // keep fast paths across adopting a configuration
@@ -594,11 +594,17 @@ func (p *Proposer) HandleNotify(n *Notify) {
 			p.unwatch(k, &n.From)
 			continue
 		}
-		if i < len(n.Promised) && n.Promised[i] > ks.counter {
-			ks.counter = n.Promised[i]
+		if i < len(n.Promised) {
+			ks.counter = max(ks.counter, n.Promised[i])
+			ks.freedAt = max(ks.freedAt, n.Promised[i])
 		}
 		ks.notices++
 		p.wakeParked(ks)
+		if x := ks.active; x != nil && x.kind == kindAcquire && x.phase == phaseBackoff {
+			// Backing off after a lost round: the key is free and handed
+			// to this node now, so go at once.
+			p.startRound(x)
+		}
 	}
 }
 
@@ -713,6 +719,12 @@ func (p *Proposer) finish(x *op, r OpResult) {
 			p.results, p.spare = p.spare, nil
 		}
 		p.results = append(p.results, r)
+	}
+	if x.kind == kindRelease && ks.lease == nil {
+		// However the release ended (freed, found freed already, no
+		// quorum), this node's lease on the key did: acquires of this node
+		// that waited behind it, asking nobody, go now.
+		p.wakeParked(ks)
 	}
 	p.advance(ks)
 }

@@ -196,6 +196,7 @@ func (p *Proposer) park(x *op, res OpResult) {
 	x.phase = phaseWaiting
 	x.lastFailure = Locked
 	x.noFast = true // the next attempt prepares, which registers a watch
+	x.streak = 0    // each turn at the key starts its backoff afresh
 	ks.parked = append(ks.parked, x)
 	// The remaining time was measured on another node's clock; stretch it
 	// for the worst rate difference, then add a little so that waiters on

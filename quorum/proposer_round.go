@@ -60,6 +60,10 @@ type keyState struct {
 	idle         bool      // idle: counted in Proposer.nidle
 	idleSeq      uint64    // tells the current idle-list entry from stale ones
 	notices      uint64    // how many Notifies for the key arrived (HandleNotify)
+	// freedAt is the highest ballot counter a voter had promised when it
+	// said the key was free (Notify.Promised): a lease seen accepted below
+	// it may have been released since (see maybeConcludeEarly).
+	freedAt uint64
 }
 
 func (ks *keyState) unused() bool {
@@ -122,6 +126,7 @@ type op struct {
 	replies     []reply
 	proposed    Value
 	attempts    int
+	streak      int  // rounds since the acquire last parked (a duel's length)
 	fast        bool // this round skipped the prepare
 	peek        bool // this round only looks (reads)
 	noFast      bool // the next round must prepare (to register a watch)
@@ -203,11 +208,21 @@ func (p *Proposer) startRound(x *op) {
 	}
 	ks := x.ks
 	x.attempts++
+	x.streak++
 	p.stats.Rounds++
 	p.newRound(x)
 	// Read t0 before anything of the round is sent (PaxosLease): every
 	// acceptor that accepts this round does so after t0 in real time.
 	x.t0, x.roundStart = now, now
+	if l := ks.lease; x.kind == kindAcquire && l != nil {
+		// This node holds the key (an acquire waiting behind its own
+		// lease): nobody need be asked. A prepare would only promise a
+		// ballot above the holder's next one and cost its renewal or
+		// release the one-round-trip path; the release wakes this acquire.
+		p.conclude(x, OpResult{Outcome: Locked, Holder: p.cfg.ID, HolderInc: p.cfg.Incarnation, Epoch: l.epoch,
+			Remaining: max(l.deadline-now, 0)})
+		return
+	}
 	if fp := ks.fast; fp != nil && !x.noFast && x.kind != kindRead {
 		p.dropFast(ks) // spent; a successful accept renews it
 		x.ballot = fp.ballot
@@ -494,7 +509,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 	case x.votes.reached():
 		p.roundWon(x)
 	case x.phase == phasePrepare && p.maybeConcludeEarly(x):
-	case x.votes.lost():
+	case x.votes.lost() || p.fastRoundLost(x):
 		// A majority answered, refusing: other proposers are at work on
 		// the key, which is not the same as no quorum. Jump the ballot
 		// counter ahead by a random stride, growing with each loss: those
@@ -512,7 +527,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		p.stats.Conflicts++
 		x.contended = x.votes.refusedByRival
 		if x.contended {
-			x.ks.counter += uint64(p.rand.Intn(1 << min(x.attempts+1, 10)))
+			x.ks.counter += uint64(p.rand.Intn(1 << min(x.streak+1, 10)))
 		}
 		if x.kind == kindAcquire && x.votes.handedOff && !x.cancelled && !x.unknown {
 			// The key was just handed to the waiters in line: for a try,
@@ -528,6 +543,22 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		x.favoured = p.ownGrantLeads(x)
 		p.retry(x)
 	}
+}
+
+// fastRoundLost reports whether a fast-path accept round can no longer
+// reach a majority: it went only to the voters that promised its ballot
+// (sometimes just a majority of them), and too many of those refused. The
+// others were never asked and will not answer, so without this the round
+// would wait out its timer: a release whose accepts went to two voters of
+// three, one of which had promised a waiter's ballot meanwhile, kept the
+// key's slot, and every acquire of the node queued behind it, for a round
+// timeout and a half.
+func (p *Proposer) fastRoundLost(x *op) bool {
+	if !x.fast || x.phase != phaseAccept {
+		return false
+	}
+	pending := len(x.sentTo) - x.votes.nyes - x.votes.nno
+	return x.votes.nyes+max(pending, 0) < x.votes.m.Majority()
 }
 
 // ownGrantLeads reports whether the acquire x lost a round only to ballots
@@ -604,7 +635,16 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 			return false
 		}
 		res, locked := p.blocked(x, base, info, now)
-		if !locked {
+		if !locked || (!p.faults.anyTimerLocks && (!majorityHolds(info, base, x.votes.m.Majority()) || hi.Counter < x.ks.freedAt)) {
+			// Not locked; or the grant that locks is not yet seen held by
+			// a majority, and may be a rival's write that is never
+			// finished (waiting for its lease would stall the key: two
+			// acquires that each got their grant to one acceptor parked
+			// behind each other's for a whole TTL; the round goes on
+			// instead, and a majority of promises builds on what they
+			// hold); or it was accepted below a ballot that a voter had
+			// promised when it said the key was free, and these voters may
+			// not have heard of its release yet.
 			return false
 		}
 		p.conclude(x, res)
@@ -631,6 +671,18 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 		return true
 	}
 	return false
+}
+
+// majorityHolds reports whether at least majority of the replies hold
+// base's grant.
+func majorityHolds(replies []reply, base Value, majority int) bool {
+	n := 0
+	for i := range replies {
+		if replies[i].res.Value.sameGrant(base) {
+			n++
+		}
+	}
+	return n >= majority
 }
 
 // agreed reports whether the replies all hold one accepted ballot: the
@@ -799,8 +851,7 @@ func (p *Proposer) accepted(x *op) {
 		p.renewed(x, now)
 	case kindRelease:
 		res.Outcome = Released
-		p.finish(x, res)
-		p.wakeParked(ks)
+		p.finish(x, res) // and wakes the acquires waiting behind the lease
 	case kindCleanup:
 		res.Outcome = Released
 		res.Epoch = x.proposed.Epoch
@@ -839,9 +890,9 @@ func (p *Proposer) retry(x *op) {
 		return
 	}
 	x.phase = phaseBackoff
-	shift := min(x.attempts, 5)
-	wait := time.Duration(p.rand.Int63n(int64(p.cfg.Backoff)<<shift + 1))
-	if x.contended && (x.attempts == 1 || x.favoured) {
+	shift := min(x.streak, 5)
+	wait := time.Duration(p.rand.Int63n(int64(p.backoff())<<shift + 1))
+	if x.contended && (x.streak == 1 || x.favoured) {
 		// A first round lost to a ballot promised before it (the last
 		// holder's next one, usually): now that the counter is known, go
 		// again at once; only a second loss means a duel.
@@ -852,8 +903,27 @@ func (p *Proposer) retry(x *op) {
 		// only adds load. Wait as long as a round may take.
 		wait += p.cfg.RoundTimeout / 2
 	}
+	if x.contended && ks.notices != x.noticesAt {
+		// A voter said the key was free while this round was out (its
+		// Notify travels apart from the replies, and may overtake them):
+		// what the round heard is older than that. Go again now.
+		x.timerGen++
+		p.startRound(x)
+		return
+	}
 	x.timerGen++
 	p.arm(timer{at: now + wait, kind: timerRetry, op: x, gen: x.timerGen})
+}
+
+// backoff is the base of the random wait before a round lost to rival
+// ballots is tried again: a few phase times (smoothed), so that a duel
+// ends in about the time a round takes, not in fractions of a round
+// timeout; at most Backoff.
+func (p *Proposer) backoff() time.Duration {
+	if p.srtt == 0 {
+		return p.cfg.Backoff
+	}
+	return min(max(2*p.srtt, 50*time.Microsecond), p.cfg.Backoff)
 }
 
 // roundTimeout runs when x's round heard no majority in time.
