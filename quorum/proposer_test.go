@@ -459,3 +459,53 @@ func TestProposerNotifyOvertakingRepliesIsNotLost(t *testing.T) {
 		t.Errorf("granted epoch %d, not above the released %d", res.Epoch, g.Epoch)
 	}
 }
+
+// Every operation leaves timers behind (a lease's loss notice, seconds
+// ahead). NextTick clears the stale ones at the front a bounded batch at a
+// time, so that a node that has just run a burst of operations does not
+// stop for tens of milliseconds in one call; the time it reports is never
+// later than that of any live timer.
+func TestProposerNextTickClearsStaleTimersInBatches(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1")
+	p := c.node("p1").prop
+	for i := 0; i < 2*maxStalePops; i++ {
+		g := c.mustGrant("p1", "k")
+		c.mustRelease("p1", "k", g.Epoch)
+	}
+	earliestLive := func() (time.Duration, bool) {
+		var at time.Duration
+		ok := false
+		for i := range p.timers {
+			if tm := &p.timers[i]; !tm.stale(p) && (!ok || tm.at < at) {
+				at, ok = tm.at, true
+			}
+		}
+		return at, ok
+	}
+	live, hasLive := earliestLive()
+	if n := len(p.timers); n < 2*maxStalePops {
+		t.Fatalf("only %d timers after %d acquires and releases: the test needs more", n, 2*maxStalePops)
+	}
+	for calls := 1; ; calls++ {
+		before := len(p.timers)
+		at, ok := p.NextTick()
+		if popped := before - len(p.timers); popped > maxStalePops {
+			t.Fatalf("one NextTick cleared %d stale timers, more than %d", popped, maxStalePops)
+		}
+		if hasLive && (!ok || at > live) {
+			t.Fatalf("NextTick = %v, %v with a live timer at %v", at, ok, live)
+		}
+		if len(p.timers) == 0 || !p.timers[0].stale(p) {
+			if got, gotOK := earliestLive(); got != live || gotOK != hasLive {
+				t.Errorf("the earliest live timer moved from %v to %v", live, got)
+			}
+			if ok != hasLive || (ok && at != live) {
+				t.Errorf("after clearing, NextTick = %v, %v; want %v, %v", at, ok, live, hasLive)
+			}
+			return
+		}
+		if calls > 100 {
+			t.Fatalf("stale timers still at the front after %d calls", calls)
+		}
+	}
+}
