@@ -60,6 +60,9 @@ func lockmeshContention(ctx context.Context, o options, name string) workload.Ro
 		}
 	}
 	placement := fmt.Sprintf("%d goroutines on %d nodes", cc.workers, len(nodes))
+	if len(nodes) == 1 {
+		placement = fmt.Sprintf("%d goroutines on 1 node (%s)", cc.workers, nodes[0])
+	}
 	holds, err := workload.Contend(ctx, cc.workers, o.duration, o.hold, o.maxHolds(), "bench/handover",
 		func(i int) (workload.Locker, error) { return meshLocker{c.nodes[cc.node(i)]}, nil },
 		func(i int) string { return fmt.Sprintf("%s/%d", c.nodes[cc.node(i)].Name(), i) })
