@@ -89,6 +89,10 @@ func TestSimulation(t *testing.T) {
 				handover = append(handover, s.check.maxHandover)
 				if len(s.fail) > 0 {
 					failures = append(failures, failureReport(s))
+					if soak > 0 {
+						// A soak runs for hours: say what failed now, not at the end.
+						t.Logf("soak: seed %d, %d voters: %s", j.seed, j.voters, s.fail[0])
+					}
 				}
 				mu.Unlock()
 			}
