@@ -129,6 +129,19 @@ func TestRunElectionEndsLeadershipBeforeTheNext(t *testing.T) {
 	if name := <-stopped; name != "node3" {
 		t.Errorf("OnStoppedLeading ran on %s", name)
 	}
+	// node4's OnNewLeader reports its own leadership. Observe runs on
+	// RunElection's ctx, so wait for the report before ending that ctx.
+	var seen []string
+	for !slices.Contains(seen, "node4") {
+		select {
+		case l := <-newest:
+			if l.Held {
+				seen = append(seen, l.Node)
+			}
+		case <-ctx.Done():
+			t.Fatalf("OnNewLeader never reported node4: %v", seen)
+		}
+	}
 	c.net.Heal()
 	// Ending RunElection's ctx ends the leadership, which another takes.
 	bcancel()
@@ -145,15 +158,6 @@ func TestRunElectionEndsLeadershipBeforeTheNext(t *testing.T) {
 	defer mu.Unlock()
 	for _, o := range overlap {
 		t.Error(o)
-	}
-	var seen []string
-	for len(newest) > 0 {
-		if l := <-newest; l.Held {
-			seen = append(seen, l.Node)
-		}
-	}
-	if !slices.Contains(seen, "node4") {
-		t.Errorf("OnNewLeader never reported node4: %v", seen)
 	}
 	acancel()
 }
