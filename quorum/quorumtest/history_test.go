@@ -115,12 +115,14 @@ func TestCheckTimeoutFails(t *testing.T) {
 	t.Setenv("LOCKMESH_ARTIFACTS", dir)
 	// 40 concurrent writes of unknown outcome and a read that none of them
 	// explains: deciding that takes every subset of them, far beyond the
-	// timeout.
+	// timeout. (A release answering "not held" after them keeps them all
+	// in the check: any of them may explain it.)
 	h := NewHistory()
 	for i := range 40 {
 		h.Add("k", i, Input{Kind: Acquire, Holder: "a/1"},
 			Output{Outcome: NoQuorum, Unknown: true, Attempted: []uint64{uint64(i + 1)}}, 0, 100)
 	}
+	h.Add("k", 41, Input{Kind: Release, Holder: "q/1", Epoch: 500}, Output{Outcome: NotHeld}, 150, 160)
 	h.Add("k", 40, Input{Kind: Read, Holder: "r/1"}, Output{Outcome: ReadDone, Held: true, Holder: "z/1", Epoch: 99}, 200, 210)
 	bad, unknown := h.Check(50 * time.Millisecond)
 	if len(bad) != 1 || len(unknown) != 1 {
@@ -129,5 +131,58 @@ func TestCheckTimeoutFails(t *testing.T) {
 	e := h.Explain("k", 10)
 	if !strings.Contains(e, "timed out") || !strings.Contains(e, filepath.Join(dir, "quorumtest-k.html")) {
 		t.Errorf("Explain does not say the check timed out, or where its drawing is:\n%s", e)
+	}
+}
+
+// Writes of unknown outcome that nothing can have observed are left out of
+// the check (they can only have done nothing, as far as the history can
+// tell), and those something may have observed are kept: the same 40 writes
+// that time the check out above are decided at once once nothing names
+// their epochs, and each way of observing one keeps it.
+func TestUnobservedGhostsAreLeftOut(t *testing.T) {
+	ghosts := func() *History {
+		h := NewHistory()
+		for i := range 40 {
+			h.Add("k", i, Input{Kind: Acquire, Holder: "a/1"},
+				Output{Outcome: NoQuorum, Unknown: true, Attempted: []uint64{uint64(i + 1)}}, 0, 100)
+		}
+		return h
+	}
+	// Nothing names them: the read of z@99 (which no write explains) is
+	// found illegal, not timed out.
+	h := ghosts()
+	h.Add("k", 40, Input{Kind: Read, Holder: "r/1"}, Output{Outcome: ReadDone, Held: true, Holder: "z/1", Epoch: 99}, 200, 210)
+	if n := len(h.checkedOps("k")); n != 1 {
+		t.Errorf("%d operations checked, want the read alone", n)
+	}
+	if v := h.CheckKeys(10 * time.Second)[0]; v.Result != porcupine.Illegal {
+		t.Errorf("check of the read no write explains: %v, want illegal", v)
+	}
+	// A write something observed stays, and explains it.
+	for _, tc := range []struct {
+		what string
+		op   porcupine.Operation
+		kept int // ghosts kept
+	}{
+		{"a read of a/1 at epoch 7", porcupine.Operation{ClientId: 40,
+			Input: Input{Kind: Read, Holder: "r/1"}, Output: Output{Outcome: ReadDone, Held: true, Holder: "a/1", Epoch: 7}, Call: 200, Return: 210}, 1},
+		{"a release of epoch 7", porcupine.Operation{ClientId: 40,
+			Input: Input{Kind: Release, Holder: "a/1", Epoch: 7}, Output: Output{Outcome: Released}, Call: 200, Return: 210}, 1},
+		{"a release that found its lease gone", porcupine.Operation{ClientId: 40,
+			Input: Input{Kind: Release, Holder: "q/1", Epoch: 500}, Output: Output{Outcome: NotHeld}, Call: 50, Return: 210}, 40},
+		{"a cleanup of a/1 of unknown outcome", porcupine.Operation{ClientId: 40,
+			Input: Input{Kind: Cleanup, Holder: "a/1"}, Output: Output{Outcome: NoQuorum, Unknown: true}, Call: 200, Return: 210}, 40},
+	} {
+		h := ghosts()
+		h.Add("k", tc.op.ClientId, tc.op.Input.(Input), tc.op.Output.(Output), tc.op.Call, tc.op.Return)
+		if n := len(h.checkedOps("k")) - 1; n != tc.kept {
+			t.Errorf("with %s: %d writes of unknown outcome checked, want %d", tc.what, n, tc.kept)
+		}
+	}
+	// A release that ended before the writes began cannot follow them.
+	h = ghosts()
+	h.Add("k", 40, Input{Kind: Release, Holder: "q/1", Epoch: 500}, Output{Outcome: NotHeld}, -20, -10)
+	if n := len(h.checkedOps("k")); n != 1 {
+		t.Errorf("%d operations checked after a release that ended before the writes, want the release alone", n)
 	}
 }
