@@ -301,9 +301,12 @@ func stepAny(next stateSet, in Input, out Output) stateSet {
 		return append(next, State{Held: true, Holder: in.Holder, Epoch: out.Epoch})
 	case (in.Kind == Release || in.Kind == Cleanup) && out.Outcome == Released:
 		return append(next, State{Epoch: max(in.Epoch, out.Epoch)})
-	case in.Kind == Read && out.Outcome == ReadDone && !out.Live:
+	case in.Kind == Read && out.Outcome == ReadDone && !out.Live && !out.AtLeast:
 		return append(next, State{Held: out.Held, Holder: out.Holder, Epoch: out.Epoch})
 	}
+	// (A read that found the register dropped at a majority, AtLeast,
+	// observed no value: a survivor's may still be adopted by the next
+	// prepare that reaches it, as stepRead keeps the register it had.)
 	return append(next, State{Any: true})
 }
 

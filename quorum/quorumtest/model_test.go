@@ -49,6 +49,13 @@ func live(holder string, held bool, epoch uint64, client int, call, ret int64) s
 	return s
 }
 
+// atLeast marks a read that found the register dropped at a majority: free
+// at some epoch no higher than the one it reports.
+func atLeast(r scripted) scripted {
+	r.out.AtLeast = true
+	return r
+}
+
 func amnesia(at int64) scripted { return scripted{call: at, in: Input{Kind: Amnesia}} }
 
 func majorityLost(at int64) scripted { return scripted{call: at, in: Input{Kind: MajorityLost}} }
@@ -198,6 +205,18 @@ func TestModel(t *testing.T) {
 		{"after a majority lost its state, the register still does not change by itself", []scripted{
 			granted("a/1", 20, 0, 0, 10), majorityLost(100),
 			read("a/1", true, 20, 1, 200, 210), read("", false, 5, 1, 220, 230),
+		}, false},
+		{"after a majority lost its state: a read that found it dropped at a majority, then a survivor's older value", []scripted{
+			granted("a/1", 20, 0, 0, 10), release("a/1", 20, Released, 0, 20, 30), majorityLost(100),
+			atLeast(read("", false, 90, 1, 200, 210)), read("", false, 20, 1, 220, 230), granted("b/1", 95, 2, 240, 250),
+		}, true},
+		{"without a majority lost: a register dropped at a majority and its older value", []scripted{
+			granted("a/1", 20, 0, 0, 10), release("a/1", 20, Released, 0, 20, 30),
+			atLeast(read("", false, 90, 1, 200, 210)), read("", false, 20, 1, 220, 230),
+		}, true},
+		{"after a majority lost its state and a survivor's value was read, a register dropped above it with an older value again", []scripted{
+			granted("a/1", 20, 0, 0, 10), release("a/1", 20, Released, 0, 20, 30), majorityLost(100),
+			read("", false, 20, 1, 200, 210), atLeast(read("", false, 90, 1, 220, 230)), read("", false, 15, 1, 240, 250),
 		}, false},
 		{"an older value again, without a majority lost", []scripted{
 			granted("a/1", 20, 0, 0, 10), release("a/1", 20, Released, 0, 20, 30), read("a/1", true, 20, 1, 200, 210),
