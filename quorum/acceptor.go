@@ -449,7 +449,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		}
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
 	}
 	if op.Watch && from != "" && !(left > 0 && r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
 		// A waiter joins the line here whatever becomes of its ballot,
@@ -467,11 +467,11 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		// stop without winning a ballot.
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
 	}
 	if op.IfFree && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
 		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
 	}
 	if op.Ballot == r.promise && op.ID != r.promisedBy && !a.faults.equalPrepareOK {
 		// Equal to the promise but not a copy of the prepare that made it:
@@ -480,7 +480,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		// let two values share a ballot (review finding 1).
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: r.maxEpoch}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
 	}
 	// A duplicate of the prepare that made the promise is answered again:
 	// what it reports has not changed in a way that matters (an accept at
@@ -498,7 +498,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		Accepted:  r.accepted,
 		Value:     r.value,
 		Remaining: left,
-		MaxEpoch:  r.maxEpoch,
+		MaxEpoch:  a.maxEpoch(r),
 	}
 }
 
@@ -513,7 +513,7 @@ func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 		return Result{ID: op.ID, OK: true, Promised: a.promiseFloor, MaxEpoch: a.epochFloor}
 	}
 	return Result{ID: op.ID, OK: true, Promised: r.promise, Accepted: r.accepted,
-		Value: r.value, Remaining: r.remaining(now), MaxEpoch: r.maxEpoch}
+		Value: r.value, Remaining: r.remaining(now), MaxEpoch: a.maxEpoch(r)}
 }
 
 func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
@@ -540,11 +540,11 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	r := a.register(op.Key)
 	if op.Ballot.Less(r.promise) {
 		a.stats.Refused++
-		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise, MaxEpoch: r.maxEpoch}
+		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise, MaxEpoch: a.maxEpoch(r)}
 	}
 	if v.Held && v.Lease == op.Ballot && !r.value.sameGrant(v) && r.reservedAgainst(v.Holder, now) {
 		a.stats.Refused++
-		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise, MaxEpoch: r.maxEpoch}
+		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise, MaxEpoch: a.maxEpoch(r)}
 	}
 	// What the disk must hold before this accept is answered: that this
 	// acceptor voted, its horizon and epoch mark, and on ConfigKey the
@@ -608,7 +608,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	}
 	// A configuration accepted here is not yet chosen: it takes effect
 	// only when its proposer, having seen it chosen, pushes it (Adopt).
-	return Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: r.maxEpoch}
+	return Result{ID: op.ID, OK: true, Promised: r.promise, MaxEpoch: a.maxEpoch(r)}
 }
 
 // Adopt switches to m if it is a newer configuration of this acceptor's

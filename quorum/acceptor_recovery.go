@@ -167,7 +167,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 			continue
 		}
 		resp.Entries = append(resp.Entries, Entry{
-			Key: key, Promise: r.promise, Accepted: r.accepted, Value: r.value, MaxEpoch: r.maxEpoch,
+			Key: key, Promise: r.promise, Accepted: r.accepted, Value: r.value, MaxEpoch: a.maxEpoch(r),
 			Remaining: r.remaining(now),
 		})
 	}

@@ -154,6 +154,17 @@ func (a *Acceptor) compactLRU() {
 	a.lru = live
 }
 
+// maxEpoch is the highest epoch r's key may have had anywhere, as this
+// acceptor reports it: the register's own, or the acceptor's epoch floor if
+// that is higher. The floor rises after a register was made (a settled
+// configuration's floor, a catch-up's, a restarted voter's mark), and a
+// register made before must report it too: a proposer takes its next epoch
+// above the highest a majority reports, and a register reporting less than
+// the floor let a configuration whose voters all joined after the floor was
+// set grant a token below one granted before (soak seed 201622, 3 voters:
+// k1 granted 1795910407311436 after 1795910467123278).
+func (a *Acceptor) maxEpoch(r *register) uint64 { return max(r.maxEpoch, a.epochFloor) }
+
 // mergeFloors raises the floors to another voter's (catch-up).
 func (a *Acceptor) mergeFloors(promise Ballot, epoch uint64) {
 	a.promiseFloor = maxBallot(a.promiseFloor, promise)

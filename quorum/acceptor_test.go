@@ -1132,3 +1132,50 @@ func TestAcceptorRecoveryReportsWhatItWaitsFor(t *testing.T) {
 		t.Fatalf("after b said it recovers: %+v, want waiting [c], recovering [b]", r)
 	}
 }
+
+// A register reports at least the acceptor's epoch floor, however the floor
+// rose after the register was made: by a catch-up answer that came after
+// another had made it, or by a settled configuration's floor. A proposer
+// takes its next epoch above what a majority reports, so a register that
+// reported less let voters that all joined after the floor rose grant a
+// token below an earlier one (soak seed 201622 with 3 voters).
+func TestAcceptorRegistersReportTheEpochFloor(t *testing.T) {
+	f := newAccFixture(t)
+	f.clock.advance(accQuarantine)
+	f.a.Tick()
+	// b's answer makes k's register (epoch 40); c's answer, later, raises
+	// the floor to 900.
+	for reqs := f.a.Ready().CatchUps; len(reqs) > 0; reqs = append(reqs[1:], f.a.Ready().CatchUps...) {
+		req := reqs[0]
+		resp := &CatchUpResponse{Config: f.m.ID, From: req.To, To: "a", Status: StatusOK, Bucket: req.Bucket}
+		switch req.To {
+		case "b":
+			if bucketOf("k", req.Buckets) == req.Bucket {
+				resp.Entries = []Entry{{Key: "k", Promise: bal(7, "p"), Accepted: bal(3, "p"),
+					Value: grantTo("p", 30, bal(3, "p")), MaxEpoch: 40}}
+			}
+		case "c":
+			resp.EpochFloor = 900
+		}
+		f.a.HandleCatchUpResponse(resp)
+	}
+	if f.a.State() != Live {
+		t.Fatalf("state %v after both peers answered, want live", f.a.State())
+	}
+	if got := f.peek().MaxEpoch; got < 900 {
+		t.Errorf("after catch-up: k reports epoch %d, below the floor 900 a voter reported", got)
+	}
+	// A settled configuration raises the floor again.
+	m := f.m.Next(f.m.Voters, false, 0)
+	m.EpochFloor = 2000
+	if !f.a.Adopt(m) {
+		t.Fatalf("the acceptor did not adopt configuration %d", m.ID)
+	}
+	f.m = m
+	if got := f.peek().MaxEpoch; got < 2000 {
+		t.Errorf("after adopting a configuration with epoch floor 2000: k reports epoch %d", got)
+	}
+	if got := f.one("z", Op{Kind: OpPrepare, Key: "k", Ballot: bal(20, "z")}).MaxEpoch; got < 2000 {
+		t.Errorf("a prepare hears epoch %d, below the floor 2000", got)
+	}
+}

@@ -623,7 +623,7 @@ func (s *sim) flush(n *simNode) {
 			s.noteConfig(*rd.Config)
 			n.voter = rd.Config.IsVoter(n.id)
 			s.stats.ConfigsAdopted++
-			s.tracef("%s is on configuration %d %v pending=%v", n.id, rd.Config.ID&0xffff, rd.Config.Voters, rd.Config.Pending)
+			s.tracef("%s is on configuration %d %v pending=%v prev=%v epoch floor %d", n.id, rd.Config.ID&0xffff, rd.Config.Voters, rd.Config.Pending, rd.Config.Prev, rd.Config.EpochFloor)
 		}
 		if v := rd.Voting; v != nil {
 			s.tracef("%s voting: voter %v, acceptor %v, floor only %v", n.id, v.Voter, v.Acceptor, v.FloorOnly)
