@@ -64,6 +64,8 @@ type simChecker struct {
 	// round trips (I9, hand-over). maxHandover is the longest seen.
 	freedAt     map[string]time.Duration
 	maxHandover time.Duration
+	// longestCheck is the longest linearizability check of one key.
+	longestCheck time.Duration
 
 	// What observers reported and how many of their last states were
 	// checked at rest (sim_observe_test.go), the semaphore's holders
@@ -588,7 +590,8 @@ func (k *simChecker) final() {
 	k.recordGhosts()
 	for era, h := range k.hist {
 		h.SetName(fmt.Sprintf("sim-seed%d-v%d-era%d", s.cfg.Seed, s.cfg.Voters, era))
-		for _, v := range h.CheckKeys(20 * time.Second) {
+		for _, v := range h.CheckKeys(checkTimeout()) {
+			k.longestCheck = max(k.longestCheck, v.Took)
 			if !v.Failed() {
 				continue
 			}
