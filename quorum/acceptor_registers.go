@@ -28,6 +28,18 @@ import "time"
 // every voter's register was at it or above, and the floors refuse older
 // writes. While a voter is down nothing is forgotten.
 //
+// Nor is anything forgotten while a voter change is pending. A voter that
+// restarts then catches up from the voters before the change as well
+// (acceptor_recovery.go), and the change lists and moves the keys those
+// hold; but a voter the change removes is asked by no forget of the new
+// configuration, and may hold a value the current voters have since moved
+// past: had they forgotten the key, that value would again be the highest
+// a catch-up or a listing finds, and a released grant would come back
+// (the simulator found this: an observer saw an older token after a newer
+// one). Until the change is settled the voters keep every register, so
+// what a removed voter holds is at most as high as what they hold; once it
+// is settled, the removed voter is asked nothing again.
+//
 // Picked are the registers idle longest once there are more than
 // MaxRegisters, and any idle for longer than RegisterIdle. The voter
 // configuration's register is never forgotten.
@@ -78,11 +90,16 @@ func (a *Acceptor) drop(key string, r *register) {
 }
 
 // handleForget drops key's register if it still holds what every voter
-// was seen to hold: the value accepted at op.Ballot, free, nobody waiting.
+// was seen to hold: the value accepted at op.Ballot, free, nobody waiting;
+// and no voter change is pending here (the peeks may have been answered
+// before it was).
 func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 	if op.Key == "" {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	if a.m.Pending && !a.faults.forgetWhilePending {
+		return Result{ID: op.ID, OK: true}
 	}
 	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.droppable(op.Key, r, now) {
 		a.drop(op.Key, r)
@@ -104,8 +121,10 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		return nil // swept a moment ago: the forgets of then are under way
 	}
 	a.sweptAt = now
-	if n <= 0 {
-		return nil // none wanted now: look again a retry interval later (NextTick)
+	if n <= 0 || (a.m.Pending && !a.faults.forgetWhilePending) {
+		// None wanted now, or a change is pending: look again a retry
+		// interval later (NextTick).
+		return nil
 	}
 	self := uint32(a.m.index(a.cfg.ID))
 	var keys []string
@@ -152,6 +171,25 @@ func (a *Acceptor) compactLRU() {
 	}
 	clear(a.lru[len(live):])
 	a.lru = live
+}
+
+// raiseEpochFloor raises the epoch floor to a settled configuration's
+// (Membership.EpochFloor), and every register's highest epoch with it. A
+// register made before the floor was known (a voter that joined while the
+// change was pending makes registers from a floor of 0) would otherwise
+// report an epoch below keys the voters before it had dropped; forgetting
+// it used to hide this (a new register starts at the floor), and keeping
+// registers while a change is pending showed it: a read went back to epoch
+// 0 after an earlier one had seen a real token. Configurations change
+// rarely, so the walk over the registers costs little.
+func (a *Acceptor) raiseEpochFloor(e uint64) {
+	if e <= a.epochFloor {
+		return
+	}
+	a.epochFloor = e
+	for _, r := range a.regs {
+		r.maxEpoch = max(r.maxEpoch, e)
+	}
 }
 
 // mergeFloors raises the floors to another voter's (catch-up).

@@ -57,6 +57,8 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		f.acc.dropAny, f.prop.forgetAny = true, true
 	case "forget-on-majority":
 		f.prop.forgetOnMajority = true
+	case "forget-while-pending":
+		f.acc.forgetWhilePending = true
 	case "observe-highest":
 		f.prop.observeHighest = true
 	}
