@@ -43,6 +43,13 @@ import "time"
 // Picked are the registers idle longest once there are more than
 // MaxRegisters, and any idle for longer than RegisterIdle. The voter
 // configuration's register is never forgotten.
+//
+// Most keys are forgotten without a sweep, though: a node that drops an
+// idle key it released (past its MaxIdleKeys) tells every voter to forget
+// it at the release's ballot, when every voter acknowledged that release
+// (Proposer.forgettable): the acknowledgments say what the peeks would.
+// Sweeps are left the keys nobody dropped that way (a release a voter
+// missed, a node that crashed, keys only read).
 
 // lruEntry is an entry of the acceptor's list of registers by last use;
 // seq tells the current entry of a register from stale ones.
