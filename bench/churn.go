@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,25 +16,28 @@ import (
 )
 
 // The churn case: many distinct keys, each locked once, as per-entity
-// locking (invoice/<id>) does. A voter keeps a register per key it saw,
-// and forgets the idle free ones (quorum/acceptor_registers.go) once it
-// keeps more than MaxRegisters (65536) or they idle longer than
-// RegisterIdle (10 × MaxTTL, 100 s here): the heap should level off, not
-// grow with every key ever locked.
+// locking (invoice/<id>) does. A voter keeps a register per key it saw
+// until it is told to forget it (quorum/acceptor_registers.go): by the node
+// that released the key, when it drops the key from its MaxIdleKeys (4096)
+// most recent ones, or by a sweep once a voter keeps more than
+// MaxRegisters (65536) or a key idles longer than RegisterIdle (10 ×
+// MaxTTL, 100 s here). The heap should level off, not grow with every key
+// ever locked.
 
 // Figures of the churn row (Row.Figures and its Curve's points).
 const (
 	figKeys         = "keys"
-	figLockSeconds  = "lock_s"              // time spent locking (the GCs between steps left out)
-	figBaseHeap     = "base_heap_mb"        // live heap after GC, mesh up, no key locked yet
-	figFinalHeap    = "final_heap_mb"       // the same after the last key
-	figPerKey       = "heap_bytes_per_key"  // (final − base) / keys
-	figDropped      = "dropped_per_voter"   // registers each voter dropped, on average
-	figForgetRate   = "forgotten_per_s"     // registers dropped per voter per second of locking
-	figHeapAlloc    = "heap_alloc_mb"       // curve: live heap after GC (HeapAlloc)
-	figHeapInuse    = "heap_inuse_mb"       // curve: heap spans in use after GC (HeapInuse)
-	figRegisters    = "registers_per_voter" // curve: keys seen − dropped, mean over the voters
-	figPointSeconds = "elapsed_s"           // curve: locking time so far
+	figLockSeconds  = "lock_s"               // time spent locking (the GCs between steps left out)
+	figBaseHeap     = "base_heap_mb"         // live heap after GC, mesh up, no key locked yet
+	figFinalHeap    = "final_heap_mb"        // the same after the last key
+	figPerKey       = "heap_bytes_per_key"   // (final − base) / keys
+	figDropped      = "dropped_per_voter"    // registers each voter dropped, on average
+	figForgetRate   = "forgotten_per_s"      // registers dropped per voter per second of locking
+	figHeapAlloc    = "heap_alloc_mb"        // curve: live heap after GC (HeapAlloc)
+	figHeapInuse    = "heap_inuse_mb"        // curve: heap spans in use after GC (HeapInuse)
+	figRegisters    = "registers_per_voter"  // curve: keys seen − dropped, mean over the voters
+	figForgetAsks   = "forget_asks_per_node" // curve: keys a node dropped and told the voters to forget, mean
+	figPointSeconds = "elapsed_s"            // curve: locking time so far
 )
 
 // churn locks o.churnKeys distinct keys (k0, k1, ...) once each on a
@@ -53,16 +59,20 @@ func churn(ctx context.Context, o options) workload.Row {
 		runtime.GC()
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		var dropped float64
+		var dropped, asks float64
 		for _, m := range c.nodes {
-			dropped += float64(m.Status().Acceptor.Dropped)
+			st := m.Status()
+			dropped += float64(st.Acceptor.Dropped)
+			asks += float64(st.Proposer.Forgets)
 		}
 		dropped /= voters
+		asks /= float64(len(c.nodes))
 		return workload.Point{At: float64(keys), Figures: map[string]float64{
 			figHeapAlloc:    float64(ms.HeapAlloc) / (1 << 20),
 			figHeapInuse:    float64(ms.HeapInuse) / (1 << 20),
 			figDropped:      dropped,
 			figRegisters:    float64(keys) - dropped,
+			figForgetAsks:   asks,
 			figPointSeconds: elapsed.Seconds(),
 		}}
 	}
@@ -91,6 +101,11 @@ func churn(ctx context.Context, o options) workload.Row {
 		}
 		row.Curve = append(row.Curve, point(locked, elapsed))
 	}
+	if o.memProfile != "" {
+		if err := writeHeapProfile(o.memProfile); err != nil {
+			row.Notes = append(row.Notes, fmt.Sprintf("heap profile: %v", err))
+		}
+	}
 	if locked == 0 {
 		return row
 	}
@@ -110,8 +125,19 @@ func churn(ctx context.Context, o options) workload.Row {
 	row.Figures[figForgetRate] = last[figDropped] / elapsed.Seconds()
 	row.Notes = append(row.Notes,
 		"heap: HeapAlloc after runtime.GC() of the whole process (3 voters and the callers), every tenth of the keys; ops/s and CPU µs/op: the locking only, the GCs between steps left out",
-		"registers per voter: keys locked less Status().Acceptor.Dropped (the mesh does not report the count itself); a voter keeps up to MaxRegisters (65536) before it forgets idle ones, at most 512 forgets in flight per voter, a sweep every quarter round timeout while over the cap")
+		"registers per voter: keys locked less Status().Acceptor.Dropped (the mesh does not report the count itself); a node that drops a key it released (past MaxIdleKeys, 4096) tells the voters to forget it; sweeps forget the rest past MaxRegisters (65536) or after RegisterIdle")
 	return row
+}
+
+// writeHeapProfile writes the heap profile of the live objects (after a GC)
+// to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	return errors.Join(pprof.Lookup("heap").WriteTo(f, 0), f.Close())
 }
 
 // lockEach takes and releases keys k<lo> to k<hi-1> once each, with

@@ -69,6 +69,7 @@ type options struct {
 
 	cpuProfile   string // CPU profile of the whole run (this process only)
 	mutexProfile string // mutex contention profile of the whole run
+	memProfile   string // churn: heap profile after the last key
 }
 
 // params are the workload sizes handed to package workload.
@@ -103,6 +104,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.merge, "merge", "", "run nothing: print the medians of these comma-separated JSON result files")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (in-process cases: floor, lockmesh*, renewal, crash) to this file")
 	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "write a mutex contention profile of this process to this file")
+	fs.StringVar(&o.memProfile, "memprofile", "", "churn: write a heap profile of this process after the last key (mesh still up) to this file")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -236,17 +236,18 @@ type Acceptor struct {
 // acceptorFaults break the protocol on purpose. Only tests set them, to show
 // that the simulator's checkers catch the bug; they are all off otherwise.
 type acceptorFaults struct {
-	skipQuarantine    bool
-	equalPrepareOK    bool // answer any prepare equal to the promise, as a duplicate
-	ownQuarantineOnly bool // quarantine for this life's MaxTTL only, ignoring horizons heard
-	untimedCatchUp    bool // learn held values in catch-up without a timer
-	skipPrevCatchUp   bool // while a change is pending, catch up from the new voters only
-	floorOnMajority   bool // conclude a full restart when a majority recovers, not all answered
-	dropAny           bool // drop on OpForget whatever the register holds
-	ignoreNewerConfig bool // a restart from disk ignores newer configurations others accepted
-	ignoreBallotMark  bool // a restart from disk forgets its ballot mark
-	forgetConfig      bool // a restart from disk forgets the configuration it kept
-	ignoreReserved    bool // a restart from disk forgets its epoch mark
+	skipQuarantine     bool
+	equalPrepareOK     bool // answer any prepare equal to the promise, as a duplicate
+	ownQuarantineOnly  bool // quarantine for this life's MaxTTL only, ignoring horizons heard
+	untimedCatchUp     bool // learn held values in catch-up without a timer
+	skipPrevCatchUp    bool // while a change is pending, catch up from the new voters only
+	floorOnMajority    bool // conclude a full restart when a majority recovers, not all answered
+	dropAny            bool // drop on OpForget whatever the register holds
+	forgetWhilePending bool // forget registers while a voter change is pending
+	ignoreNewerConfig  bool // a restart from disk ignores newer configurations others accepted
+	ignoreBallotMark   bool // a restart from disk forgets its ballot mark
+	forgetConfig       bool // a restart from disk forgets the configuration it kept
+	ignoreReserved     bool // a restart from disk forgets its epoch mark
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -625,7 +626,7 @@ func (a *Acceptor) Adopt(m Membership) bool {
 		return false
 	}
 	a.m = m.clone()
-	a.epochFloor = max(a.epochFloor, m.EpochFloor)
+	a.raiseEpochFloor(m.EpochFloor)
 	a.stats.ConfigChanges++
 	if a.probing {
 		// Still asking whether anyone voted: ask the new voters.

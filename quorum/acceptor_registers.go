@@ -28,9 +28,28 @@ import "time"
 // every voter's register was at it or above, and the floors refuse older
 // writes. While a voter is down nothing is forgotten.
 //
+// Nor is anything forgotten while a voter change is pending. A voter that
+// restarts then catches up from the voters before the change as well
+// (acceptor_recovery.go), and the change lists and moves the keys those
+// hold; but a voter the change removes is asked by no forget of the new
+// configuration, and may hold a value the current voters have since moved
+// past: had they forgotten the key, that value would again be the highest
+// a catch-up or a listing finds, and a released grant would come back
+// (the simulator found this: an observer saw an older token after a newer
+// one). Until the change is settled the voters keep every register, so
+// what a removed voter holds is at most as high as what they hold; once it
+// is settled, the removed voter is asked nothing again.
+//
 // Picked are the registers idle longest once there are more than
 // MaxRegisters, and any idle for longer than RegisterIdle. The voter
 // configuration's register is never forgotten.
+//
+// Most keys are forgotten without a sweep, though: a node that drops an
+// idle key it released (past its MaxIdleKeys) tells every voter to forget
+// it at the release's ballot, when every voter acknowledged that release
+// (Proposer.forgettable): the acknowledgments say what the peeks would.
+// Sweeps are left the keys nobody dropped that way (a release a voter
+// missed, a node that crashed, keys only read).
 
 // lruEntry is an entry of the acceptor's list of registers by last use;
 // seq tells the current entry of a register from stale ones.
@@ -78,11 +97,16 @@ func (a *Acceptor) drop(key string, r *register) {
 }
 
 // handleForget drops key's register if it still holds what every voter
-// was seen to hold: the value accepted at op.Ballot, free, nobody waiting.
+// was seen to hold: the value accepted at op.Ballot, free, nobody waiting;
+// and no voter change is pending here (the peeks may have been answered
+// before it was).
 func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 	if op.Key == "" {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
+	}
+	if a.m.Pending && !a.faults.forgetWhilePending {
+		return Result{ID: op.ID, OK: true}
 	}
 	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.droppable(op.Key, r, now) {
 		a.drop(op.Key, r)
@@ -104,8 +128,10 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		return nil // swept a moment ago: the forgets of then are under way
 	}
 	a.sweptAt = now
-	if n <= 0 {
-		return nil // none wanted now: look again a retry interval later (NextTick)
+	if n <= 0 || (a.m.Pending && !a.faults.forgetWhilePending) {
+		// None wanted now, or a change is pending: look again a retry
+		// interval later (NextTick).
+		return nil
 	}
 	self := uint32(a.m.index(a.cfg.ID))
 	var keys []string
@@ -164,6 +190,14 @@ func (a *Acceptor) compactLRU() {
 // set grant a token below one granted before (soak seed 201622, 3 voters:
 // k1 granted 1795910407311436 after 1795910467123278).
 func (a *Acceptor) maxEpoch(r *register) uint64 { return max(r.maxEpoch, a.epochFloor) }
+
+// raiseEpochFloor raises the epoch floor to a settled configuration's
+// (Membership.EpochFloor). Every register reports the floor from then on
+// (maxEpoch): a voter that joined while the change was pending made its
+// registers from a floor of 0, and keeping registers while a change is
+// pending showed a read going back to epoch 0 after an earlier one had
+// seen a real token.
+func (a *Acceptor) raiseEpochFloor(e uint64) { a.epochFloor = max(a.epochFloor, e) }
 
 // mergeFloors raises the floors to another voter's (catch-up).
 func (a *Acceptor) mergeFloors(promise Ballot, epoch uint64) {

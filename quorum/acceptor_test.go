@@ -1179,3 +1179,54 @@ func TestAcceptorRegistersReportTheEpochFloor(t *testing.T) {
 		t.Errorf("a prepare hears epoch %d, below the floor 2000", got)
 	}
 }
+
+// adopt moves f's acceptor to m, which must be newer.
+func (f *accFixture) adopt(m Membership) {
+	f.t.Helper()
+	if !f.a.Adopt(m) {
+		f.t.Fatalf("configuration %d not adopted", m.ID)
+	}
+	f.m = m
+}
+
+// While a change is pending a voter drops no register, even one every
+// voter agreed to forget (see acceptor_registers.go); once the change is
+// settled it does.
+func TestAcceptorForgetsNothingWhileAChangeIsPending(t *testing.T) {
+	f := newLiveAcceptor(t)
+	b := bal(5, "p")
+	mustOK(t, "prepare", f.prepare(b))
+	mustOK(t, "accept free", f.accept(b, Value{Epoch: 9}))
+	pending := f.m.Next([]NodeID{"a", "b"}, true, 0) // removes c
+	f.adopt(pending)
+	mustOK(t, "forget while pending", f.one("p", Op{Kind: OpForget, Key: "k", Ballot: b}))
+	if f.a.regs["k"] == nil {
+		t.Fatalf("k was dropped while the removal of c was pending")
+	}
+	f.adopt(pending.Next(pending.Voters, false, 0))
+	mustOK(t, "forget once settled", f.one("p", Op{Kind: OpForget, Key: "k", Ballot: b}))
+	if f.a.regs["k"] != nil {
+		t.Fatalf("k was kept after the change was settled")
+	}
+	if _, e := f.a.Floors(); e < 9 {
+		t.Fatalf("epoch floor %d after dropping k at epoch 9", e)
+	}
+}
+
+// A settled configuration's epoch floor (the epochs of keys the voters
+// before it dropped) holds for the registers a voter made before it knew
+// it: a voter that joined while the change was pending made them from a
+// floor of 0.
+func TestAcceptorSettledEpochFloorRaisesItsRegisters(t *testing.T) {
+	f := newLiveAcceptor(t)
+	mustOK(t, "prepare", f.prepare(bal(5, "p")))
+	if got := f.peek().MaxEpoch; got != 0 {
+		t.Fatalf("a new register reports epoch %d, want 0", got)
+	}
+	next := f.m.Next(f.m.Voters, false, 0)
+	next.EpochFloor = 1000
+	f.adopt(next)
+	if got := f.peek().MaxEpoch; got < 1000 {
+		t.Fatalf("after a configuration with epoch floor 1000 the register reports epoch %d", got)
+	}
+}

@@ -335,25 +335,29 @@ type Proposer struct {
 // proposerFaults break the protocol on purpose. Only tests set them, to show
 // that the simulator's checkers catch each bug; all are off otherwise.
 type proposerFaults struct {
-	countMessages    bool            // count replies by message, not by acceptor
-	clockAtGrant     bool            // read the holder's t0 when the grant is confirmed
-	aliveMajority    func() []NodeID // take a majority of these instead of the configuration
-	noEpochFloor     bool            // next epoch = highest seen + 1, without the wall-clock floor
-	skipMigration    bool            // settle a voter change without moving the keys into it
-	perKeyBallots    bool            // count ballots per key only, from 1 again after forgetting a key
-	anyTimerLocks    bool            // take any live timer of a grant not behind base for a lock, seen at one voter or more
-	fastAnyVoter     bool            // send fast-path accepts to voters that did not promise the ballot
-	listFromOne      bool            // move the keys one old voter lists, not a majority's
-	keepFastOnAdopt  bool            // keep fast paths across adopting a configuration
-	migrateFullTTL   bool            // time a moved lease for a full TTL, not what is left of it
-	forgetOnMajority bool            // forget a key when a majority holds it free, not every voter
-	forgetAny        bool            // forget a key whatever the voters hold
-	observeHighest   bool            // report an observed key's highest report, agreed by a majority or not
+	countMessages           bool            // count replies by message, not by acceptor
+	clockAtGrant            bool            // read the holder's t0 when the grant is confirmed
+	aliveMajority           func() []NodeID // take a majority of these instead of the configuration
+	noEpochFloor            bool            // next epoch = highest seen + 1, without the wall-clock floor
+	skipMigration           bool            // settle a voter change without moving the keys into it
+	perKeyBallots           bool            // count ballots per key only, from 1 again after forgetting a key
+	anyTimerLocks           bool            // take any live timer of a grant not behind base for a lock, seen at one voter or more
+	fastAnyVoter            bool            // send fast-path accepts to voters that did not promise the ballot
+	listFromOne             bool            // move the keys one old voter lists, not a majority's
+	keepFastOnAdopt         bool            // keep fast paths across adopting a configuration
+	migrateFullTTL          bool            // time a moved lease for a full TTL, not what is left of it
+	forgetOnMajority        bool            // forget a key when a majority holds it free, not every voter
+	forgetAny               bool            // forget a key whatever the voters hold
+	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
+	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
 }
 
 // ProposerStats counts what a proposer did.
 type ProposerStats struct {
 	Rounds, FastRounds, Conflicts, Timeouts, Granted, Renewed, Lost, ConfigChanges uint64
+	// Forgets counts the keys this node dropped whose registers it told
+	// every voter to forget (their release was accepted by all).
+	Forgets uint64
 }
 
 // NewProposer returns a proposer holding no leases.
@@ -811,6 +815,7 @@ func (p *Proposer) maybeForget(ks *keyState) {
 		if !old.idle || e.seq != old.idleSeq {
 			continue // used since: a later entry stands for it, if any
 		}
+		forget := p.forgettable(old)
 		p.dropFast(old)
 		if old.lastDeadline > now {
 			// Cannot forget it yet; look again when it comes round.
@@ -826,6 +831,9 @@ func (p *Proposer) maybeForget(ks *keyState) {
 		if p.keys[old.key] == old {
 			delete(p.keys, old.key)
 		}
+		if forget != nil {
+			p.forgetRegisters(old.key, *forget)
+		}
 	}
 	if len(p.idle) > 2*p.cfg.MaxIdleKeys+16 {
 		// Drop entries of keys used again since, so the list stays small.
@@ -837,6 +845,52 @@ func (p *Proposer) maybeForget(ks *keyState) {
 		}
 		p.idle = live
 	}
+}
+
+// A key this node released, and forgets as idle, is one the voters need
+// not keep either, once every voter accepted the release: the node tells
+// them to forget it (OpForget at the release's ballot), as a voter's sweep
+// would after asking them all (acceptor_registers.go), without the asking.
+// The acknowledgments of the release's accept are that answer: each voter
+// held the free value at that ballot, and a voter that has moved on since
+// holds a higher one and drops nothing. Under per-entity locking
+// (invoice/<id>, each key locked once) this keeps a voter's registers to
+// about the keys its proposers still keep, MaxIdleKeys each, where sweeps
+// alone fell behind the keys coming in. Waiting for the idle eviction
+// rather than forgetting at the release keeps hot keys' registers, and
+// with them the one-round-trip fast path of the node that touches the key
+// again: a key's fast path dies with this node's state anyway.
+
+// forgettable returns the ballot at which every voter accepted ks's last
+// write, the free value of a release, or nil if that is not known.
+func (p *Proposer) forgettable(ks *keyState) *Ballot {
+	fp := ks.fast
+	if fp == nil || fp.base.Held || fp.base.Config != nil || ks.key == ConfigKey || p.m.Pending {
+		return nil
+	}
+	if p.faults.forgetEvictedOnMajority {
+		if len(fp.incs) < p.m.Majority() {
+			return nil
+		}
+	} else {
+		for _, v := range p.m.Voters {
+			if fp.incs.get(v) == 0 {
+				return nil
+			}
+		}
+	}
+	b := fp.accepted
+	return &b
+}
+
+// forgetRegisters tells every voter to forget key if it still holds the
+// free value accepted at b. Nothing comes back that matters: a voter that
+// keeps the register is swept later.
+func (p *Proposer) forgetRegisters(key string, b Ballot) {
+	for i := range p.m.Voters {
+		p.push(i, Op{Kind: OpForget, Key: key, Ballot: b})
+	}
+	p.stats.Forgets++
 }
 
 // idleKey is an entry of the idle list; seq tells a stale entry (the key

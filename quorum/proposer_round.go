@@ -75,9 +75,10 @@ func (ks *keyState) unused() bool {
 // base, so no other value can have been accepted between the two ballots,
 // and the next operation may go straight to accept at Next.
 type fastPath struct {
-	ballot Ballot
-	base   Value
-	incs   voterIncs // acceptors that promised ballot, by incarnation
+	ballot   Ballot
+	base     Value
+	accepted Ballot    // the ballot base was accepted at
+	incs     voterIncs // acceptors that promised ballot, by incarnation
 }
 
 // voterIncs are acceptors with the incarnation each answered from: a few
@@ -405,6 +406,28 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 func (p *Proposer) acceptOp(x *op, inc uint64) Op {
 	return Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: x.proposed,
 		Next: x.next, Migrate: x.kind == kindMigrate && (x.timeLeft > 0 || p.faults.migrateFullTTL)}
+}
+
+// maybeCompleteFree sends x's accept, now that a majority took it, to the
+// voters a fast round left out: a release on the fast path goes only to
+// the voters whose promise of its ballot this node held when it began, and
+// a voter whose acknowledgment of the grant came later kept the grant, so
+// that no voter would ever forget the key (a register is forgotten only
+// once every voter holds one free value at one ballot, see
+// acceptor_registers.go). Sending is safe now, not before: the value is
+// chosen at x.ballot, so any voter that has promised nothing higher may
+// accept it. Their acknowledgments come back through lateFast, which adds
+// each to the fast path (each promised x.next with it).
+func (p *Proposer) maybeCompleteFree(x *op) {
+	if !x.fast || x.proposed.Held || (x.kind != kindRelease && x.kind != kindCleanup) {
+		return
+	}
+	for i, id := range p.m.Voters {
+		if inc := p.incs[id]; inc != 0 && x.sentTo.get(id) == 0 {
+			p.push(i, p.acceptOp(x, inc))
+			x.sentTo = append(x.sentTo, voterInc{id, inc})
+		}
+	}
 }
 
 // latePromise takes a promise that came in after x's prepare round had its
@@ -810,13 +833,14 @@ func (p *Proposer) accepted(x *op) {
 		// it.
 		p.dropFast(ks)
 		fp := &ks.fastBuf
-		fp.ballot, fp.base = x.next, x.proposed
+		fp.ballot, fp.base, fp.accepted = x.next, x.proposed, x.ballot
 		fp.incs = fp.incs[:0]
 		for _, r := range x.replies {
 			fp.incs = append(fp.incs, voterInc{r.from, r.inc})
 		}
 		ks.fast, ks.fastRID = fp, x.rid
 		p.lateFast[x.rid] = ks
+		p.maybeCompleteFree(x)
 	}
 	if x.next.Counter > ks.counter {
 		ks.counter = x.next.Counter

@@ -184,3 +184,94 @@ func TestReconfigPendingCatchUpAsksThePreviousVoters(t *testing.T) {
 		t.Logf("bug %q: n0 voted again at %v", bug, liveAt)
 	}
 }
+
+// No register is forgotten while a change is pending. A voter that restarts
+// then catches up from the voters before the change too (the rule above),
+// and a removed voter, asked by no forget of the new configuration, may
+// hold a value the current voters have since moved past and forgotten:
+// the restarted voter would take it back. Here n2 misses the release of
+// k0 (cut off while it is written at n0 and n1), n3 starts removing n2 and
+// is cut off as soon as the joint configuration is adopted, k0 goes idle
+// at n0 and n1, and n0 restarts with its memory lost and catches up from
+// n1 and n2. Had n0 and n1 forgotten k0, n0 would learn from n2 alone the
+// grant released long ago, and a read at n0 and n1 would return it; with
+// the rule n1 still holds the release, above the grant.
+func TestReconfigPendingChangeForgetsNothing(t *testing.T) {
+	for _, bug := range []string{"", "forget-while-pending"} {
+		cfg := faultFree(1, 3, 2, 1, 1)
+		cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+		cfg.MaxRegisters, cfg.RegisterIdle = 3, 300*time.Millisecond
+		cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+		var forgotten bool // n1 had forgotten k0 when n0 restarted
+		var liveAt time.Duration
+		cfg.Script = func(s *sim) {
+			h, r := s.nodes[3].clients[0], s.nodes[4].clients[0]
+			h.holdTime = 100 * time.Millisecond
+			s.at(300*time.Millisecond, func() {
+				h.acquire("k0", true, time.Second)
+				s.flush(h.n)
+			})
+			var granted func()
+			granted = func() {
+				if h.grant == nil {
+					s.after(100*time.Microsecond, granted)
+					return
+				}
+				isolate(s, 2, true) // n2 misses the release
+			}
+			s.at(300*time.Millisecond, granted)
+			s.at(600*time.Millisecond, func() {
+				isolate(s, 2, false)
+				changeFrom(t, s, s.nodes[3], simChange{remove: "n2"})
+				var watch func()
+				watch = func() {
+					if s.m.Pending {
+						isolate(s, 3, true) // the change stops half done
+						return
+					}
+					s.after(50*time.Microsecond, watch)
+				}
+				watch()
+			})
+			s.at(1500*time.Millisecond, func() {
+				if !s.m.Pending || !slices.Equal(s.m.Prev, []NodeID{"n0", "n1", "n2"}) {
+					t.Fatalf("the removal of n2 is not pending: %+v", s.m)
+				}
+				forgotten = s.nodes[1].node.acc.regs["k0"] == nil
+				s.crash(s.nodes[0])
+				s.start(s.nodes[0])
+			})
+			// Once n0 votes again, read k0 (at n0 and n1, the voters).
+			var poll func()
+			poll = func() {
+				if s.nodes[0].node.acc != nil && s.nodes[0].node.acc.State() == Live {
+					liveAt = s.now
+					r.read("k0")
+					s.flush(r.n)
+					return
+				}
+				s.after(10*time.Millisecond, poll)
+			}
+			s.at(1600*time.Millisecond, poll)
+		}
+		s := newSim(cfg)
+		s.run()
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("%s", failureReport(s))
+		case bug == "" && forgotten:
+			t.Errorf("n1 forgot k0 while the change was pending")
+		case liveAt == 0:
+			t.Errorf("bug %q: n0 never voted again", bug)
+		case bug != "" && !forgotten:
+			t.Errorf("with %s n1 kept k0: the scenario shows nothing", bug)
+		case bug != "" && len(s.fail) == 0:
+			t.Errorf("with %s no violation", bug)
+		case bug != "" && !strings.HasPrefix(violation(s.fail[0]), "I8"):
+			t.Errorf("with %s the first violation is not I8: %s", bug, firstLine(s.fail[0]))
+		case bug != "":
+			t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+		}
+		t.Logf("bug %q: k0 forgotten at n1 by the restart: %v; n0 voted again at %v", bug, forgotten, liveAt)
+	}
+}

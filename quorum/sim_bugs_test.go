@@ -57,6 +57,10 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		f.acc.dropAny, f.prop.forgetAny = true, true
 	case "forget-on-majority":
 		f.prop.forgetOnMajority = true
+	case "forget-evicted-on-majority":
+		f.prop.forgetEvictedOnMajority = true
+	case "forget-while-pending":
+		f.acc.forgetWhilePending = true
 	case "observe-highest":
 		f.prop.observeHighest = true
 	}
@@ -418,3 +422,14 @@ func skipUnderRace(t *testing.T) {
 		t.Skip("many single-goroutine simulations: run without -race (.ci/run does)")
 	}
 }
+
+// Forgetting the registers of a key a node drops once a majority accepted
+// its release, not every voter: a voter that missed the release keeps the
+// grant before it, and with the free value gone elsewhere that grant is
+// again the highest a majority reports.
+func TestCheckerCatchesForgettingEvictedKeysOnMajority(t *testing.T) {
+	findViolation(t, "forget-evicted-on-majority", "I8|I9", 100, smallIdle)
+}
+
+// smallIdle makes proposers drop idle keys all the time.
+func smallIdle(c *simConfig) { c.Keys, c.MaxIdleKeys = 6, 1 }
