@@ -226,6 +226,7 @@ type Acceptor struct {
 	lru          []lruEntry
 	lruSeq       uint64
 	sweptAt      time.Duration // when SweepCandidates last looked
+	sweptFew     bool          // and found few registers it could forget
 	promiseFloor Ballot
 	epochFloor   uint64
 

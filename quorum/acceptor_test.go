@@ -1230,3 +1230,52 @@ func TestAcceptorSettledEpochFloorRaisesItsRegisters(t *testing.T) {
 		t.Fatalf("after a configuration with epoch floor 1000 the register reports epoch %d", got)
 	}
 }
+
+// A sweep looks at a bounded stretch of the registers, and while what is
+// over MaxRegisters is in use (live leases) sweeps come a retry interval
+// apart, not an eighth of one: walking 100,000 held registers at every
+// sweep kept voters too busy to answer renewals (bench renewal at 100,000
+// leases lost most of them). A free register behind the held ones is still
+// found, a few sweeps later.
+func TestAcceptorSweepOverHeldRegistersIsBounded(t *testing.T) {
+	clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
+	m := NewMembership(7, "a", "b", "c")
+	cfg := newAccConfig("a", m, clock)
+	cfg.MaxRegisters = 10
+	a, err := NewAcceptor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := makeLive(&accFixture{t: t, id: "a", a: a, clock: clock, m: m})
+	// 2,000 held keys (of a's bucket or not), then one free key of a's
+	// bucket, last in line.
+	const held = 2000
+	for i := range held {
+		k := fmt.Sprintf("h%d", i)
+		mustOK(t, "grant "+k, f.one("p", Op{Kind: OpAccept, Key: k, Ballot: bal(1, "p"), Inc: accInc,
+			Value: grantTo("p", uint64(i+1), bal(1, "p"))}))
+	}
+	var free string
+	for i := 0; free == ""; i++ {
+		if k := fmt.Sprintf("f%d", i); bucketOf(k, 3) == 0 {
+			free = k
+		}
+	}
+	mustOK(t, "free "+free, f.one("p", Op{Kind: OpAccept, Key: free, Ballot: bal(1, "p"), Inc: accInc, Value: Value{Epoch: 9999}}))
+	f.clock.advance(time.Second)
+	first := a.SweepCandidates(8)
+	if slices.Contains(first, free) {
+		t.Fatalf("the first sweep reached the key behind %d held ones: it looked at all of them", held)
+	}
+	at, ok := a.NextTick()
+	if !ok || at < f.clock.now+cfg.RetryInterval {
+		t.Errorf("after a sweep that found nothing, the next is due in %v, want a retry interval (%v)", at-f.clock.now, cfg.RetryInterval)
+	}
+	for sweeps := 1; !slices.Contains(first, free); sweeps++ {
+		if sweeps > 2*held/minSweepLook+2 {
+			t.Fatalf("no sweep in %d found the free key", sweeps)
+		}
+		f.clock.advance(cfg.RetryInterval)
+		first = a.SweepCandidates(8)
+	}
+}
