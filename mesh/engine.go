@@ -190,19 +190,14 @@ func (m *Mesh) send(msg *quorum.Message) {
 	}
 }
 
-// call sends one request to voter to at addr and steps the answer, which
-// must come from that voter: a vote is counted by the name it carries, so
-// the transport checks that the peer is to (with TLS, by its certificate)
-// and checkAnswer that the answer is signed to, by the incarnation bound to
-// to (identity.go).
-func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.roundTimeout())
-	defer cancel()
-	reply, err := m.tr.Call(ctx, string(to), addr, body)
+// answer steps the answer of voter to at addr to a ballot request, or
+// notes why none came. The answer must come from that voter: a vote is
+// counted by the name it carries, so the transport checks that the peer is
+// to (with TLS, by its certificate) and checkAnswer that the answer is
+// signed to, by the incarnation bound to to (identity.go).
+func (m *Mesh) answer(addr string, to quorum.NodeID, reply []byte, err error) {
 	if err != nil {
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
-			m.callFailed(addr, err)
-		}
+		m.callError(addr, err)
 		return
 	}
 	m.incr("bytes.received", float32(len(reply)))
@@ -220,6 +215,14 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 	}
 	m.step(&quorum.Message{Kind: quorum.MsgResponse, Response: resp})
 	wire.ResultsPool.Put(resp.Results) // the node is done with them (quorum.Message)
+}
+
+// callError notes a ballot call that failed: a timeout or a closed
+// transport says nothing new; the rest may be worth a word (callFailed).
+func (m *Mesh) callError(addr string, err error) {
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
+		m.callFailed(addr, err)
+	}
 }
 
 // catchUpCall asks voter to at addr for a bucket of its registers (a

@@ -1,6 +1,9 @@
 package transport
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Handler receives what peers send. It must be safe for concurrent use and
 // must not block for long: the TCP transport runs it on the goroutine that
@@ -49,6 +52,18 @@ type Transport interface {
 	// the handler may or may not have run. See the package errors for how
 	// to tell "not sent" from "outcome unknown".
 	Call(ctx context.Context, node, addr string, body []byte) ([]byte, error)
+
+	// Go sends body as Call does, but returns at once instead of waiting:
+	// done receives what Call would have returned, the reply (owned by the
+	// callee of done) or an error; context.DeadlineExceeded when no reply
+	// came within timeout. done is called exactly once, on a goroutine of
+	// the transport, never on the caller's — unless Go returns an error,
+	// which says nothing was sent, and then it is never called. Like a
+	// Handler, done must not block for long: the TCP transport runs it on
+	// the goroutine that reads the connection. Go spares a caller that
+	// waits for several replies at once (a quorum round) a goroutine per
+	// call, and the hand-over of each reply to it.
+	Go(node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error
 
 	// Send queues body for one-way, at-most-once, best-effort delivery to
 	// the node named node at addr (checked as for Call) and returns without
