@@ -7,6 +7,7 @@ import (
 
 	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/quorum"
+	"github.com/lockmesh/lockmesh/transport"
 )
 
 // callsPerPeer bounds the ballot calls in flight to one voter. Requests
@@ -72,7 +73,7 @@ func (m *Mesh) post(addr string, req *quorum.Request) {
 // sendFrom sends req, and once its answers are in (sent), whatever queued
 // for the same voter meanwhile, merged, until the outbox is empty. It
 // returns once req is on its way: the answers are stepped on the
-// transport's goroutines (Transport.Go), with no goroutine of the mesh
+// transport's goroutines (transport.Async), with no goroutine of the mesh
 // waiting for them.
 func (m *Mesh) sendFrom(ob *outbox, addr string, req quorum.Request) {
 	for m.sendParts(ob, addr, &req) {
@@ -182,7 +183,7 @@ func (m *Mesh) sendParts(ob *outbox, addr string, req *quorum.Request) (idle boo
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
 		left.Add(1)
-		err := m.tr.Go(string(to), addr, body, m.cfg.roundTimeout(), func(reply []byte, err error) {
+		err := transport.Go(m.tr, string(to), addr, body, m.cfg.roundTimeout(), func(reply []byte, err error) {
 			m.answer(addr, to, reply, err)
 			if left.Add(-1) == 0 {
 				m.sent(ob, addr)

@@ -485,7 +485,7 @@ func (r *wiretap) Go(node, addr string, body []byte, timeout time.Duration, done
 	r.mu.Lock()
 	r.sent = append(r.sent, sentCall{addr, bytes.Clone(body)})
 	r.mu.Unlock()
-	return r.Transport.Go(node, addr, body, timeout, done)
+	return transport.Go(r.Transport, node, addr, body, timeout, done)
 }
 
 // A request recorded from a member's connection and replayed later, on a

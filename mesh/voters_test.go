@@ -329,7 +329,7 @@ func (f *failingCalls) Go(node, addr string, body []byte, timeout time.Duration,
 		return fmt.Errorf("%w: the test refuses calls", transport.ErrConnClosed)
 	}
 	f.inFlight.Add(1)
-	err := f.Transport.Go(node, addr, body, timeout, func(reply []byte, err error) {
+	err := transport.Go(f.Transport, node, addr, body, timeout, func(reply []byte, err error) {
 		defer f.inFlight.Add(-1)
 		done(reply, err)
 	})

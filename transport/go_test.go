@@ -204,3 +204,54 @@ func TestMemGo(t *testing.T) {
 		t.Fatalf("err %v, want ErrUnreachable", err)
 	}
 }
+
+// A Transport without Go of its own (one a user wrote, say) still serves
+// Go: the package function makes the call on a goroutine and reports
+// through done, once.
+func TestGoFallsBackToCall(t *testing.T) {
+	network := NewNetwork(1)
+	srv, err := network.Listen("server", handlerFuncs{request: func(_ string, body []byte) ([]byte, error) {
+		return append([]byte("re: "), body...), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := network.Listen("client", echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var plain Transport = callOnly{cli}
+	if _, ok := plain.(Async); ok {
+		t.Fatal("callOnly implements Async: the test would not test the fallback")
+	}
+	got := make(chan string, 2)
+	body := []byte("hello")
+	if err := Go(plain, "server", srv.Addr(), body, time.Second, func(reply []byte, err error) {
+		if err != nil {
+			got <- "error: " + err.Error()
+			return
+		}
+		got <- string(reply)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	copy(body, "XXXXX") // the caller may reuse body once Go returns
+	select {
+	case r := <-got:
+		if r != "re: hello" {
+			t.Fatalf("reply %q, want %q", r, "re: hello")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("done never called")
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("done called twice (second: %q)", r)
+	default:
+	}
+}
+
+// callOnly hides every method of a Transport but the interface's.
+type callOnly struct{ Transport }

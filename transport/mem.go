@@ -90,7 +90,7 @@ func (m *MemTransport) Call(ctx context.Context, node, addr string, body []byte)
 	}
 }
 
-// Go implements Transport.Go with Call on a goroutine of its own: it never
+// Go implements Async with Call on a goroutine of its own: it never
 // returns an error, and a call that fails at once reports through done.
 func (m *MemTransport) Go(node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error {
 	body = clone(body) // the caller may reuse it once Go returns

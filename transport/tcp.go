@@ -128,7 +128,7 @@ func (t *TCP) Call(ctx context.Context, node, addr string, body []byte) ([]byte,
 	}
 }
 
-// Go implements Transport.Go. The timeout counts towards giving up a
+// Go implements Async. The timeout counts towards giving up a
 // connection that answers nothing, as a Call's deadline does.
 func (t *TCP) Go(node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error {
 	if len(body) > t.maxBody {
