@@ -64,6 +64,37 @@ func floor(ctx context.Context, o options) []workload.Row {
 	return []workload.Row{rtt, qr}
 }
 
+// floorWide measures the quorum round a 5-voter and a 7-voter mesh's
+// proposer needs when it is itself a voter: its own vote, and 2 answers of
+// its 4 peers, or 3 of its 6. The lockmesh5 and lockmesh7 rows still take
+// their ratios to the 3-peer floor; these rows say how much of the gap is
+// the messages a wider round sends.
+func floorWide(ctx context.Context, o options) []workload.Row {
+	client, err := newEcho("caller")
+	if err != nil {
+		return []workload.Row{errorRow("floor-wide", "floor-wide", err)}
+	}
+	defer client.Close()
+	var peers []string
+	for i := range 6 {
+		p, err := newEcho(fmt.Sprintf("peer%d", i))
+		if err != nil {
+			return []workload.Row{errorRow("floor-wide", "floor-wide", err)}
+		}
+		defer p.Close()
+		peers = append(peers, p.Addr())
+	}
+	var rows []workload.Row
+	for _, w := range []struct{ peers, need int }{{4, 2}, {6, 3}} {
+		round := func(ctx context.Context) error { return quorumRound(ctx, client, peers[:w.peers], w.need) }
+		rows = append(rows, measureOps(ctx, o, fmt.Sprintf("floor-quorum%d", w.peers+1),
+			fmt.Sprintf("floor: quorum round of a %d-voter proposer, 64 B to %d peers in the same process, wait for %d (persistent loopback connections)",
+				w.peers+1, w.peers, w.need),
+			round))
+	}
+	return rows
+}
+
 // quorumRound calls every peer at once and returns when need of them
 // answered, as a proposer's phase does. The calls still in flight finish in
 // the background.

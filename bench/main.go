@@ -35,7 +35,7 @@ import (
 
 // allCases are the cases in the order they run and print.
 var allCases = []string{
-	"floor", "lockmesh", "lockmesh-disk", "lockmesh-procs", "lockmesh5", "lockmesh7",
+	"floor", "floor-wide", "lockmesh", "lockmesh-disk", "lockmesh-procs", "lockmesh5", "lockmesh7",
 	"scale", "scale-disk", "churn",
 	"lockmesh-1node", "lockmesh-8nodes", "lockmesh-fair",
 	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",

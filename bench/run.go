@@ -35,6 +35,8 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 		switch c {
 		case "floor":
 			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row { return floor(ctx, o) })
+		case "floor-wide":
+			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row { return floorWide(ctx, o) })
 		case "lockmesh", "lockmesh-disk", "lockmesh5", "lockmesh7":
 			voters := map[string]int{"lockmesh": 3, "lockmesh-disk": 3, "lockmesh5": 5, "lockmesh7": 7}[c]
 			rows = guardRows(ctx, o.caseTimeout, c, rep, func(ctx context.Context) []workload.Row {

@@ -62,6 +62,10 @@ func TestDataDirRestartedVoterQuarantines(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Release(ctx)
+	// node1 must have voted: a majority without it may have granted k.
+	waitFor(t, 10*time.Second, "node1 to accept a value", func() bool {
+		return c.nodes[1].Status().Acceptor.Accepts > 0
+	})
 	c.nodes[1].Shutdown()
 	m := c.addNode("node1", c.names[:3], longTiming)
 	if st := m.Status(); st.VotingState != Quarantined || st.Waiting.Quarantine < 30*time.Second {

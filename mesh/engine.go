@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,10 +46,22 @@ func (m *Mesh) drive(fn func(n *quorum.Node)) { m.run(driveWaiter{fn: fn}) }
 // step is drive for a message from the network: the node steps it.
 func (m *Mesh) step(msg *quorum.Message) { m.run(driveWaiter{step: msg}) }
 
+// stepAnswer steps the answer to a ballot request, then gives its results
+// back to wire.ResultsPool. Unlike step it does not wait when another
+// goroutine is driving: that driver steps it with its next batch, and the
+// transport's reader that brought it goes back to reading at once instead
+// of parking until the driver wakes it.
+func (m *Mesh) stepAnswer(resp *quorum.Response) { m.run(driveWaiter{answer: resp}) }
+
 // run is drive for any work a driveWaiter can carry.
 func (m *Mesh) run(work driveWaiter) {
 	m.combMu.Lock()
 	if m.driving {
+		if work.answer != nil {
+			m.pending = append(m.pending, work)
+			m.combMu.Unlock()
+			return // the driver steps it
+		}
 		w := work
 		w.done = make(chan bool, 1)
 		m.pending = append(m.pending, w)
@@ -61,9 +74,16 @@ func (m *Mesh) run(work driveWaiter) {
 		m.driving = true
 		m.combMu.Unlock()
 	}
+	m.driveAll([]driveWaiter{work})
+}
+
+// driveAll runs batch, then what others hand over meanwhile, for at most
+// driveBatches batches; then it hands the role of driver on (the caller
+// has it).
+func (m *Mesh) driveAll(batch []driveWaiter) {
 	m.nodeMu.Lock()
 	defer m.nodeMu.Unlock()
-	m.driveLocked([]driveWaiter{work})
+	m.driveLocked(batch)
 	for range driveBatches {
 		m.combMu.Lock()
 		batch := m.pending
@@ -77,14 +97,22 @@ func (m *Mesh) run(work driveWaiter) {
 		m.driveLocked(batch)
 	}
 	m.combMu.Lock()
-	if len(m.pending) == 0 {
+	defer m.combMu.Unlock()
+	waits := slices.IndexFunc(m.pending, func(w driveWaiter) bool { return w.done != nil })
+	switch {
+	case len(m.pending) == 0:
 		m.driving = false
-	} else {
-		next := m.pending[0]
-		m.pending = m.pending[1:]
+	case waits >= 0:
+		// The first caller waiting drives next, and the answers queued
+		// before it with its first batch.
+		next := m.pending[waits]
+		m.pending = slices.Delete(m.pending, waits, waits+1)
 		next.done <- true
+	default:
+		// Only answers wait, and nobody waits with them to drive: a
+		// goroutine of their own does.
+		go m.driveAll(nil)
 	}
-	m.combMu.Unlock()
 }
 
 // driveBatches bounds the batches one driver runs for others.
@@ -94,12 +122,14 @@ const driveBatches = 4
 // false once the work is done, true when the caller is to drive itself.
 // The work is one of: a function to run on the node (fn), a message for the
 // node to step (step), a request from the network whose answer the caller
-// waits for (in).
+// waits for (in), an answer to a ballot request (answer), whose caller does
+// not wait (done is nil).
 type driveWaiter struct {
-	fn   func(n *quorum.Node)
-	step *quorum.Message
-	in   *inbound
-	done chan bool
+	fn     func(n *quorum.Node)
+	step   *quorum.Message
+	in     *inbound
+	answer *quorum.Response
+	done   chan bool
 }
 
 // driveLocked runs the batch's functions, then everything the node wants
@@ -125,6 +155,9 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 		case w.in != nil:
 			m.inbound[w.in.msg.Ref] = w.in
 			m.node.Step(&w.in.msg)
+		case w.answer != nil:
+			m.node.Step(&quorum.Message{Kind: quorum.MsgResponse, Response: w.answer})
+			wire.ResultsPool.Put(w.answer.Results) // the node is done with them (quorum.Message)
 		}
 	}
 	for m.node.HasReady() {
@@ -190,19 +223,14 @@ func (m *Mesh) send(msg *quorum.Message) {
 	}
 }
 
-// call sends one request to voter to at addr and steps the answer, which
-// must come from that voter: a vote is counted by the name it carries, so
-// the transport checks that the peer is to (with TLS, by its certificate)
-// and checkAnswer that the answer is signed to, by the incarnation bound to
-// to (identity.go).
-func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.roundTimeout())
-	defer cancel()
-	reply, err := m.tr.Call(ctx, string(to), addr, body)
+// answer steps the answer of voter to at addr to a ballot request, or
+// notes why none came. The answer must come from that voter: a vote is
+// counted by the name it carries, so the transport checks that the peer is
+// to (with TLS, by its certificate) and checkAnswer that the answer is
+// signed to, by the incarnation bound to to (identity.go).
+func (m *Mesh) answer(addr string, to quorum.NodeID, reply []byte, err error) {
 	if err != nil {
-		if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
-			m.callFailed(addr, err)
-		}
+		m.callError(addr, err)
 		return
 	}
 	m.incr("bytes.received", float32(len(reply)))
@@ -218,8 +246,15 @@ func (m *Mesh) call(addr string, to quorum.NodeID, body []byte) {
 		}
 		return
 	}
-	m.step(&quorum.Message{Kind: quorum.MsgResponse, Response: resp})
-	wire.ResultsPool.Put(resp.Results) // the node is done with them (quorum.Message)
+	m.stepAnswer(resp)
+}
+
+// callError notes a ballot call that failed: a timeout or a closed
+// transport says nothing new; the rest may be worth a word (callFailed).
+func (m *Mesh) callError(addr string, err error) {
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, transport.ErrClosed) {
+		m.callFailed(addr, err)
+	}
 }
 
 // catchUpCall asks voter to at addr for a bucket of its registers (a

@@ -3,9 +3,11 @@ package mesh
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/quorum"
+	"github.com/lockmesh/lockmesh/transport"
 )
 
 // callsPerPeer bounds the ballot calls in flight to one voter. Requests
@@ -65,28 +67,54 @@ func (m *Mesh) post(addr string, req *quorum.Request) {
 	}
 	ob.inflight++
 	ob.mu.Unlock()
-	go m.sendLoop(ob, addr, r)
+	m.sendFrom(ob, addr, r)
 }
 
-// sendLoop sends req, then whatever queued for the same voter meanwhile,
-// merged, until the outbox is empty.
-func (m *Mesh) sendLoop(ob *outbox, addr string, req quorum.Request) {
-	for {
-		m.sendParts(addr, &req)
-		ob.mu.Lock()
-		if len(ob.queue) == 0 {
-			ob.inflight--
-			ob.mu.Unlock()
+// sendFrom sends req, and once its answers are in (sent), whatever queued
+// for the same voter meanwhile, merged, until the outbox is empty. It
+// returns once req is on its way: the answers are stepped on the
+// transport's goroutines (transport.Async), with no goroutine of the mesh
+// waiting for them.
+func (m *Mesh) sendFrom(ob *outbox, addr string, req quorum.Request) {
+	for m.sendParts(ob, addr, &req) {
+		// Nothing in flight (nothing to send, or every call failed at
+		// once): on to the next request, if any.
+		next, ok := ob.next()
+		if !ok {
 			return
 		}
-		var rest []quorum.Request
-		req, rest = merge(ob.queue)
-		ob.queue = rest
-		ob.mu.Unlock()
-		if a, ok := m.book.rpcAddr(string(req.To)); ok {
-			addr = a // the voter may have moved while its requests waited
-		}
+		req, addr = next, m.readdress(next.To, addr)
 	}
+}
+
+// sent is called once every answer to a request sent from ob is in.
+func (m *Mesh) sent(ob *outbox, addr string) {
+	if next, ok := ob.next(); ok {
+		m.sendFrom(ob, m.readdress(next.To, addr), next)
+	}
+}
+
+// readdress is the voter's address now: it may have moved while its
+// requests waited.
+func (m *Mesh) readdress(to quorum.NodeID, addr string) string {
+	if a, ok := m.book.rpcAddr(string(to)); ok {
+		return a
+	}
+	return addr
+}
+
+// next takes the queued requests that leave together in the next call,
+// merged, or gives the call back when none waits.
+func (ob *outbox) next() (quorum.Request, bool) {
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	if len(ob.queue) == 0 {
+		ob.inflight--
+		return quorum.Request{}, false
+	}
+	var req quorum.Request
+	req, ob.queue = merge(ob.queue)
+	return req, true
 }
 
 // merge joins the leading requests of queue that share a configuration and
@@ -122,11 +150,14 @@ func merge(queue []quorum.Request) (quorum.Request, []quorum.Request) {
 
 // sendParts sends req to its voter, in several messages at once when it
 // has more operations than a message may carry (by count, or by what the
-// message and its answer may weigh: partSize), and steps each answer.
-// req's operations are put back in wire.OpsPool once encoded. A voter of
-// an earlier protocol version is sent only what it knows (see
+// message and its answer may weigh: partSize); each answer is stepped when
+// it comes, and once all are in, sent carries on with ob's queue. It
+// reports true when nothing is in flight (nothing to send, or every
+// message failed at once), and then sent is not called: the caller carries
+// on. req's operations are put back in wire.OpsPool once encoded. A voter
+// of an earlier protocol version is sent only what it knows (see
 // withoutUnwatch and withoutValues).
-func (m *Mesh) sendParts(addr string, req *quorum.Request) {
+func (m *Mesh) sendParts(ob *outbox, addr string, req *quorum.Request) (idle bool) {
 	version := m.peerVersion(string(req.To))
 	if version < wire.Version2 {
 		req.Ops = withoutUnwatch(req.Ops)
@@ -136,9 +167,14 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 	}
 	if len(req.Ops) == 0 {
 		wire.OpsPool.Put(req.Ops)
-		return
+		return true
 	}
-	var bodies [][]byte
+	to := req.To
+	// left counts the messages whose answers are not in, plus one for this
+	// function until it has sent them all: whoever takes it to zero
+	// carries on with the queue.
+	left := new(atomic.Int32)
+	left.Store(1)
 	for ops := req.Ops; len(ops) > 0; {
 		part := *req
 		n := m.partSize(ops)
@@ -146,18 +182,20 @@ func (m *Mesh) sendParts(addr string, req *quorum.Request) {
 		body := wire.EncodeRequestFor(&part, version)
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
-		bodies = append(bodies, body)
+		left.Add(1)
+		err := transport.Go(m.tr, string(to), addr, body, m.cfg.roundTimeout(), func(reply []byte, err error) {
+			m.answer(addr, to, reply, err)
+			if left.Add(-1) == 0 {
+				m.sent(ob, addr)
+			}
+		})
+		if err != nil {
+			m.callError(addr, err)
+			left.Add(-1)
+		}
 	}
 	wire.OpsPool.Put(req.Ops)
-	if len(bodies) == 1 {
-		m.call(addr, req.To, bodies[0])
-		return
-	}
-	var wg sync.WaitGroup
-	for _, body := range bodies {
-		wg.Go(func() { m.call(addr, req.To, body) })
-	}
-	wg.Wait()
+	return left.Add(-1) == 0
 }
 
 // partSize is how many of ops, from the first, go in one message: at most

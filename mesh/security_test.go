@@ -481,6 +481,13 @@ func (r *wiretap) Call(ctx context.Context, node, addr string, body []byte) ([]b
 	return r.Transport.Call(ctx, node, addr, body)
 }
 
+func (r *wiretap) Go(node, addr string, body []byte, timeout time.Duration, done func([]byte, error)) error {
+	r.mu.Lock()
+	r.sent = append(r.sent, sentCall{addr, bytes.Clone(body)})
+	r.mu.Unlock()
+	return transport.Go(r.Transport, node, addr, body, timeout, done)
+}
+
 // A request recorded from a member's connection and replayed later, on a
 // new connection in that member's name, after newer ballots and again after
 // the acceptor restarted, changes nothing: the acceptor refuses it or it

@@ -323,6 +323,22 @@ func (f *failingCalls) Call(ctx context.Context, node, addr string, body []byte)
 	return f.Transport.Call(ctx, node, addr, body)
 }
 
+func (f *failingCalls) Go(node, addr string, body []byte, timeout time.Duration, done func([]byte, error)) error {
+	if f.fail.Load() {
+		f.failed.Add(1)
+		return fmt.Errorf("%w: the test refuses calls", transport.ErrConnClosed)
+	}
+	f.inFlight.Add(1)
+	err := transport.Go(f.Transport, node, addr, body, timeout, func(reply []byte, err error) {
+		defer f.inFlight.Add(-1)
+		done(reply, err)
+	})
+	if err != nil {
+		f.inFlight.Add(-1)
+	}
+	return err
+}
+
 // A node that starts knowing no voters asks a voter that gossip shows for
 // the configuration. When those first fetches fail and the mesh is quiet
 // afterwards, no gossip update comes to trigger another: the node must try

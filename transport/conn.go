@@ -333,7 +333,7 @@ func (c *conn) armFrameDeadline() error {
 }
 
 // cancel forgets a call whose caller gave up. It reports whether cl was
-// still registered; if not, a result has been or is being sent on cl.ch.
+// still registered; if not, a result has been or is being delivered to it.
 func (c *conn) cancel(id uint64, cl *call) bool {
 	c.mu.Lock()
 	mine := c.pending[id] == cl
@@ -442,7 +442,7 @@ func (c *conn) fail(reason error) bool {
 			err = fmt.Errorf("%w: %s: %w", ErrConnClosed, c.addr, reason)
 		}
 		for _, cl := range pending {
-			cl.ch <- result{err: err}
+			cl.deliver(result{err: err})
 		}
 	}
 	return true
@@ -472,10 +472,30 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// call is a Call waiting for its reply. Calls are pooled: a call goes back
-// to the pool only when nobody else can still send on ch.
+// call is a Call or a Go waiting for its reply: a Call's result is sent on
+// ch, a Go's passed to done. Calls of Call are pooled: one goes back to the
+// pool only when nobody else can still send on ch. Whoever takes a call out
+// of its connection's pending map (the reader with the reply, the timer or
+// the caller giving up, or fail) is the one that delivers its result.
 type call struct {
-	ch chan result // capacity 1: the one result is never blocked on
+	ch   chan result // capacity 1: the one result is never blocked on
+	done func(reply []byte, err error)
+	// A Go's timeout, and whether its result was delivered (see Go).
+	timer     atomic.Pointer[time.Timer]
+	delivered atomic.Bool
+}
+
+// deliver hands the call its one result.
+func (cl *call) deliver(r result) {
+	if cl.done == nil {
+		cl.ch <- r
+		return
+	}
+	cl.delivered.Store(true)
+	if t := cl.timer.Load(); t != nil {
+		t.Stop()
+	}
+	cl.done(r.body, r.err)
 }
 
 type result struct {

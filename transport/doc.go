@@ -1,5 +1,6 @@
 // Package transport carries lockmesh's ballot traffic between nodes: small
-// request/reply exchanges (Call) and one-way notices (Send) with opaque
+// request/reply exchanges (Call, or Go without waiting) and one-way notices
+// (Send) with opaque
 // byte bodies, which the caller encodes (lockmesh uses msgpack).
 //
 // memberlist's SendReliable dials a new TCP connection per message (about
@@ -20,7 +21,10 @@
 //	if err != nil { ... }
 //	defer t.Close()
 //	reply, err := t.Call(ctx, "node-2", peerAddr, body) // waits for the reply or ctx
-//	err = t.Send("node-2", peerAddr, notice)            // queues and returns
+//	err = t.Go("node-2", peerAddr, body, time.Second, func(reply []byte, err error) {
+//		// the reply, or the error, on the connection's reader goroutine
+//	})
+//	err = t.Send("node-2", peerAddr, notice) // queues and returns
 //
 // The node name says who is expected at the address: with TLS the
 // listener's certificate must name it (as a dialer's must name the node in
@@ -38,8 +42,10 @@
 //
 // # Delivery
 //
-// Call and Send are at most once: nothing is ever retransmitted once it may
-// have reached the peer. A Call that returns nil error ran the peer's
+// Call, Go and Send are at most once: nothing is ever retransmitted once it
+// may have reached the peer (what is said of Call here holds for Go, with
+// the error done receives, and its timeout for the context). A Call that
+// returns nil error ran the peer's
 // handler exactly once. A Call that fails with ErrUnreachable,
 // ErrFrameTooLarge or ErrQueueFull was not sent; one that fails with
 // ErrConnClosed, ErrClosed (the local transport closed while it waited) or
@@ -120,7 +126,10 @@
 // An accepted connection's reader runs the handler inline (handlers must
 // be fast) and queues the reply to that connection's writer. TCP_NODELAY
 // is set. A Call allocates only its reply body; call records and their
-// channels are pooled.
+// channels are pooled. A Go allocates its call record and a timer, and its
+// reply is handed to done on the reader goroutine: a caller that waits for
+// a majority of several replies needs no goroutine per call, and no
+// goroutine is woken to take each reply.
 //
 // A listener closes connections idle for IdleTimeout; a dialer stops using
 // a connection it has not sent on for half of its IdleTimeout, so that it

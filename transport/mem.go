@@ -90,6 +90,18 @@ func (m *MemTransport) Call(ctx context.Context, node, addr string, body []byte)
 	}
 }
 
+// Go implements Async with Call on a goroutine of its own: it never
+// returns an error, and a call that fails at once reports through done.
+func (m *MemTransport) Go(node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error {
+	body = clone(body) // the caller may reuse it once Go returns
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		done(m.Call(ctx, node, addr, body))
+	}()
+	return nil
+}
+
 // Send implements Transport.Send. Unlike TCP it knows at once whether
 // anybody listens at addr, and reports ErrUnreachable if not.
 func (m *MemTransport) Send(node, addr string, body []byte) error {

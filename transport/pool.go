@@ -272,20 +272,20 @@ func (c *conn) readReplies() {
 			continue
 		}
 		if !c.reserveBody(h.bodyLen) {
-			cl.ch <- result{err: fmt.Errorf("%w: %s: no room for the reply: %w", ErrConnClosed, c.addr, ErrBudget)}
+			cl.deliver(result{err: fmt.Errorf("%w: %s: no room for the reply: %w", ErrConnClosed, c.addr, ErrBudget)})
 			return
 		}
 		body, err := readBody(br, h.bodyLen)
 		if err != nil {
 			c.t.budget.release(h.bodyLen)
-			cl.ch <- result{err: fmt.Errorf("%w: %s: reading reply: %w", ErrConnClosed, c.addr, err)}
+			cl.deliver(result{err: fmt.Errorf("%w: %s: reading reply: %w", ErrConnClosed, c.addr, err)})
 			c.readFailed(err, false, framed)
 			return
 		}
 		if h.typ == frameError {
-			cl.ch <- result{err: &RemoteError{Addr: c.addr, Message: string(body)}}
+			cl.deliver(result{err: &RemoteError{Addr: c.addr, Message: string(body)}})
 		} else {
-			cl.ch <- result{body: body}
+			cl.deliver(result{body: body})
 		}
 		c.t.budget.release(h.bodyLen) // handed to its caller
 		if drained {

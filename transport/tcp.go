@@ -128,6 +128,34 @@ func (t *TCP) Call(ctx context.Context, node, addr string, body []byte) ([]byte,
 	}
 }
 
+// Go implements Async. The timeout counts towards giving up a
+// connection that answers nothing, as a Call's deadline does.
+func (t *TCP) Go(node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error {
+	if len(body) > t.maxBody {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrFrameTooLarge, len(body), t.maxBody)
+	}
+	cl := &call{done: done}
+	sentAt := t.now()
+	c, id, err := t.enqueue(node, addr, frameRequest, body, cl)
+	if err != nil {
+		return err
+	}
+	// Armed once queued: the timer finds the call only while no result
+	// has been delivered (cancel), and a result delivered before the timer
+	// is stored stops it here instead of in deliver.
+	timer := time.AfterFunc(timeout, func() {
+		if c.cancel(id, cl) {
+			c.callTimedOut(sentAt)
+			done(nil, context.DeadlineExceeded)
+		}
+	})
+	cl.timer.Store(timer)
+	if cl.delivered.Load() {
+		timer.Stop()
+	}
+	return nil
+}
+
 // Send implements Transport.Send. It never waits for a connection to be
 // made: frames queue on a connection that is still dialing and are lost if
 // the dial fails.

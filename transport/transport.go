@@ -1,6 +1,9 @@
 package transport
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Handler receives what peers send. It must be safe for concurrent use and
 // must not block for long: the TCP transport runs it on the goroutine that
@@ -67,4 +70,40 @@ type Transport interface {
 	// returns, the handler is not called again. Close is idempotent. It must
 	// not be called from inside a Handler method (it would wait for itself).
 	Close() error
+}
+
+// Async is implemented by a Transport that can make a call without a
+// goroutine waiting for its reply (TCP and MemTransport do). The mesh sends
+// its ballot requests with Go when the Transport has it, and with Call on a
+// goroutine of their own when it has not: a Transport of your own need not
+// implement it.
+type Async interface {
+	// Go sends body as Call does, but returns at once instead of waiting:
+	// done receives what Call would have returned, the reply (owned by the
+	// callee of done) or an error; context.DeadlineExceeded when no reply
+	// came within timeout. done is called exactly once, on a goroutine of
+	// the transport, never on the caller's — unless Go returns an error,
+	// which says nothing was sent, and then it is never called. Like a
+	// Handler, done must not block for long: the TCP transport runs it on
+	// the goroutine that reads the connection. Go spares a caller that
+	// waits for several replies at once (a quorum round) a goroutine per
+	// call, and the hand-over of each reply to it. The caller may reuse
+	// body once Go returns.
+	Go(node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error
+}
+
+// Go makes a call through t as Async.Go does: with t's own Go if t
+// implements Async, otherwise with Call on a goroutine of its own (which
+// never fails at once: a call that fails reports through done).
+func Go(t Transport, node, addr string, body []byte, timeout time.Duration, done func(reply []byte, err error)) error {
+	if a, ok := t.(Async); ok {
+		return a.Go(node, addr, body, timeout, done)
+	}
+	body = clone(body)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		done(t.Call(ctx, node, addr, body))
+	}()
+	return nil
 }
