@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -95,7 +96,11 @@ func renewal(ctx context.Context, o options, bin *nodeBinary, log io.Writer) *re
 			}
 			fmt.Fprintf(log, "bench: renewal: %d leases held (taken in %.1fs); measuring %v\n", n, r.Seconds, o.renewWindow)
 		}
-		heaps, err := measureRenewal(ctx, nodes, o.renewWindow, &lv)
+		profile := ""
+		if n > 0 && n == o.leaseCounts[len(o.leaseCounts)-1] {
+			profile = o.nodeProfile
+		}
+		heaps, err := measureRenewal(ctx, nodes, o.renewWindow, &lv, profile)
 		if n == 0 {
 			baseHeap = heaps
 		}
@@ -149,8 +154,10 @@ func snapNodes(ctx context.Context, nodes []*nodeProc) ([]nodeSnap, error) {
 
 // measureRenewal reads every node before and after d, fills lv, and
 // returns each node's live heap (read before the window: the collection
-// it forces must not fall in the window).
-func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv *renewalLevel) ([]uint64, error) {
+// it forces must not fall in the window). With profileDir set, each node
+// also writes a CPU profile of the window and a heap profile after it
+// there.
+func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv *renewalLevel, profileDir string) ([]uint64, error) {
 	before, err := snapNodes(ctx, nodes)
 	if err != nil {
 		return nil, err
@@ -160,12 +167,33 @@ func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv 
 		heaps = append(heaps, s.stats.HeapBytes)
 	}
 	t0 := time.Now()
+	profiled := make(chan error, len(nodes))
+	if profileDir != "" {
+		for _, n := range nodes {
+			go func() {
+				_, err := n.call(ctx, fmt.Sprintf("cpuprofile %s %v", filepath.Join(profileDir, n.name+".cpu"), d))
+				profiled <- err
+			}()
+		}
+	}
 	select {
 	case <-ctx.Done():
 		return heaps, ctx.Err()
 	case <-time.After(d): // the measuring window itself, not a wait for an event
 	}
 	elapsed := time.Since(t0)
+	if profileDir != "" {
+		for range nodes {
+			if err := <-profiled; err != nil {
+				return heaps, err
+			}
+		}
+		defer func() {
+			for _, n := range nodes {
+				n.call(ctx, "heapprofile "+filepath.Join(profileDir, n.name+".heap"))
+			}
+		}()
+	}
 	// The stats calls force two collections in each node: read the CPU
 	// first, node by node, so that those collections are not counted.
 	after := make([]nodeSnap, len(nodes))
