@@ -169,6 +169,9 @@ func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv 
 	t0 := time.Now()
 	profiled := make(chan error, len(nodes))
 	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return heaps, err
+		}
 		for _, n := range nodes {
 			go func() {
 				_, err := n.call(ctx, fmt.Sprintf("cpuprofile %s %v", filepath.Join(profileDir, n.name+".cpu"), d))
