@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/lockmesh/lockmesh/internal/slicepool"
@@ -320,16 +321,15 @@ type Proposer struct {
 	spareReplies [][]reply
 	// Renewals are most of the operations of a node that holds many
 	// leases (30,000 a second for 100,000 leases): each finished one is
-	// set aside (doneRenews) and, from the next Tick on, when no call that
-	// finished it can still be looking at it, made the next (spareRenews).
-	// Timers that still name an op recycled this way are stale: its
-	// timerGen only grows.
-	doneRenews  []*op
-	spareRenews []*op
-	events      []LeaseEvent
-	pushes      []ConfigPush
-	lists       []CatchUpRequest
-	chg         *changeOp // the voter change in progress, if any
+	// set aside (doneRenews) and, at the next Tick, when no call that
+	// finished it can still be looking at it, put in renewOps for the next
+	// renewal. Timers that still name an op recycled this way are stale:
+	// its timerGen only grows.
+	doneRenews []*op
+	events     []LeaseEvent
+	pushes     []ConfigPush
+	lists      []CatchUpRequest
+	chg        *changeOp // the voter change in progress, if any
 
 	// Observed keys (proposer_observe.go): by key, by the wire id of their
 	// registration rounds, and the states to report.
@@ -686,17 +686,20 @@ func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op 
 	return x
 }
 
+// renewOps are renewal ops to reuse. A sync.Pool, not a list of the
+// proposer's: the collector empties it, so that a node keeps no more ops
+// than its renewals need while they run (a list kept the peak of a batch,
+// 4,096 ops of 776 bytes, for good).
+var renewOps sync.Pool // *op
+
 // newRenewOp is newOp for a renewal, on a recycled op when there is one.
 func (p *Proposer) newRenewOp(ks *keyState, deadline time.Duration) *op {
-	n := len(p.spareRenews)
-	if n == 0 {
+	x, ok := renewOps.Get().(*op)
+	if !ok {
 		return p.newOp(ks, kindRenew, deadline)
 	}
-	x := p.spareRenews[n-1]
-	p.spareRenews[n-1] = nil
-	p.spareRenews = p.spareRenews[:n-1]
 	// Everything afresh but the buffers, and a timerGen above every
-	// timer armed for its earlier life.
+	// timer armed for its earlier lives.
 	*x = op{timerGen: x.timerGen + 1, replies: x.replies[:0], sentTo: x.sentTo[:0]}
 	ks = p.attach(ks)
 	p.nextOp++
@@ -705,15 +708,15 @@ func (p *Proposer) newRenewOp(ks *keyState, deadline time.Duration) *op {
 	return x
 }
 
-// maxSpareRenews bounds the renewal ops kept for reuse: two batches.
-const maxSpareRenews = 2 * maxRenewBatch
-
 // recycleRenews makes the renewals finished before this call ready for
 // reuse. It runs at the start of Tick: no call is under way then that
 // could still use an op it finished.
 func (p *Proposer) recycleRenews() {
-	p.spareRenews = append(p.spareRenews, p.doneRenews...)
-	clear(p.doneRenews)
+	for i, x := range p.doneRenews {
+		x.ks = nil // let the key's state go while the op waits
+		renewOps.Put(x)
+		p.doneRenews[i] = nil
+	}
 	p.doneRenews = p.doneRenews[:0]
 }
 
@@ -721,7 +724,7 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	if x.kind == kindForget {
 		p.forgetting--
 	}
-	if x.kind == kindRenew && x.phase != phaseDone && len(p.doneRenews)+len(p.spareRenews) < maxSpareRenews {
+	if x.kind == kindRenew && x.phase != phaseDone {
 		p.doneRenews = append(p.doneRenews, x)
 	}
 	x.phase = phaseDone
