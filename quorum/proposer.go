@@ -324,8 +324,14 @@ type Proposer struct {
 	// set aside (doneRenews) and, at the next Tick, when no call that
 	// finished it can still be looking at it, put in renewOps for the next
 	// renewal. Timers that still name an op recycled this way are stale:
-	// its timerGen only grows.
+	// its timerGen only grows. The pool is the proposer's own, not the
+	// package's: an op reused by another proposer (another node of the
+	// same process) would be written by one goroutine while this one's
+	// timer heap still reads it. A sync.Pool rather than a list, so that
+	// the collector takes the ops back when renewals stop (a list kept the
+	// peak of a pass, 4,096 ops of 776 bytes, for good).
 	doneRenews []*op
+	renewOps   sync.Pool // *op
 	events     []LeaseEvent
 	pushes     []ConfigPush
 	lists      []CatchUpRequest
@@ -686,15 +692,9 @@ func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op 
 	return x
 }
 
-// renewOps are renewal ops to reuse. A sync.Pool, not a list of the
-// proposer's: the collector empties it, so that a node keeps no more ops
-// than its renewals need while they run (a list kept the peak of a batch,
-// 4,096 ops of 776 bytes, for good).
-var renewOps sync.Pool // *op
-
 // newRenewOp is newOp for a renewal, on a recycled op when there is one.
 func (p *Proposer) newRenewOp(ks *keyState, deadline time.Duration) *op {
-	x, ok := renewOps.Get().(*op)
+	x, ok := p.renewOps.Get().(*op)
 	if !ok {
 		return p.newOp(ks, kindRenew, deadline)
 	}
@@ -714,7 +714,7 @@ func (p *Proposer) newRenewOp(ks *keyState, deadline time.Duration) *op {
 func (p *Proposer) recycleRenews() {
 	for i, x := range p.doneRenews {
 		x.ks = nil // let the key's state go while the op waits
-		renewOps.Put(x)
+		p.renewOps.Put(x)
 		p.doneRenews[i] = nil
 	}
 	p.doneRenews = p.doneRenews[:0]

@@ -65,3 +65,49 @@ func TestRenewalOpReusedWithoutItsOldTimers(t *testing.T) {
 		t.Fatalf("second renewal: %+v, %d renewed", ev, p.Stats().Renewed)
 	}
 }
+
+// A proposer reuses only its own renewal ops. Another proposer of the same
+// process (another node) runs on another goroutine, and would write an op
+// while this proposer's timer heap still reads it.
+func TestRenewalOpsStayWithTheirProposer(t *testing.T) {
+	opts := scOpts(false)
+	var clusters []*benchCluster
+	for range 2 {
+		c := newTestCluster(t, voters3, "p1")
+		bc := &benchCluster{c: c, p: c.node("p1").prop, accs: make(map[NodeID]*Acceptor)}
+		for _, id := range voters3 {
+			bc.accs[id] = c.node(id).acc
+		}
+		if _, err := bc.p.Acquire("k", opts); err != nil {
+			t.Fatal(err)
+		}
+		if res, _, _ := bc.drive(nil, nil); len(res) != 1 || res[0].Outcome != Granted {
+			t.Fatalf("acquire: %+v", res)
+		}
+		clusters = append(clusters, bc)
+	}
+	a, b := clusters[0], clusters[1]
+	// a renews, and its op goes back for reuse at its next Tick.
+	a.advance(opts.RenewEvery)
+	a.p.Tick()
+	var used *op
+	for _, x := range a.p.ops {
+		used = x
+	}
+	if _, ev, _ := a.drive(nil, nil); len(ev) != 1 || ev[0].Lost {
+		t.Fatalf("a's renewal: %+v", ev)
+	}
+	a.advance(time.Millisecond)
+	a.p.Tick()
+	// b renews now: on an op of its own.
+	b.advance(opts.RenewEvery)
+	b.p.Tick()
+	for _, x := range b.p.ops {
+		if x == used {
+			t.Fatal("b's renewal runs on the op a finished")
+		}
+	}
+	if _, ev, _ := b.drive(nil, nil); len(ev) != 1 || ev[0].Lost {
+		t.Fatalf("b's renewal: %+v", ev)
+	}
+}
