@@ -70,6 +70,8 @@ type options struct {
 	cpuProfile   string // CPU profile of the whole run (this process only)
 	mutexProfile string // mutex contention profile of the whole run
 	memProfile   string // churn: heap profile after the last key
+	nodeProfile  string // renewal: directory for the node processes' profiles
+	nodeLog      string // renewal: the node processes' log level ("": silent)
 }
 
 // params are the workload sizes handed to package workload.
@@ -105,6 +107,8 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of this process (in-process cases: floor, lockmesh*, renewal, crash) to this file")
 	fs.StringVar(&o.mutexProfile, "mutexprofile", "", "write a mutex contention profile of this process to this file")
 	fs.StringVar(&o.memProfile, "memprofile", "", "churn: write a heap profile of this process after the last key (mesh still up) to this file")
+	fs.StringVar(&o.nodeLog, "node-log", "", "renewal: the node processes log at this level (warn, info, debug) into this program's log; silent when empty")
+	fs.StringVar(&o.nodeProfile, "node-profile", "", "renewal: write each node process's CPU profile of the last level's window and its heap profile after it to this directory (v1.cpu, v1.heap, ...)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

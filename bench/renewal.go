@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -75,7 +76,11 @@ func renewal(ctx context.Context, o options, bin *nodeBinary, log io.Writer) *re
 		res.Error = err.Error()
 		return res
 	}
-	nodes, err := startProcCluster(ctx, path, 3, []string{"-metrics", "-lan-timing"}, log)
+	args := []string{"-metrics", "-lan-timing"}
+	if o.nodeLog != "" {
+		args = append(args, "-log", o.nodeLog)
+	}
+	nodes, err := startProcCluster(ctx, path, 3, args, log)
 	defer stopAll(nodes)
 	if err != nil {
 		res.Error = fmt.Sprintf("start: %v", err)
@@ -95,7 +100,11 @@ func renewal(ctx context.Context, o options, bin *nodeBinary, log io.Writer) *re
 			}
 			fmt.Fprintf(log, "bench: renewal: %d leases held (taken in %.1fs); measuring %v\n", n, r.Seconds, o.renewWindow)
 		}
-		heaps, err := measureRenewal(ctx, nodes, o.renewWindow, &lv)
+		profile := ""
+		if n > 0 && n == o.leaseCounts[len(o.leaseCounts)-1] {
+			profile = o.nodeProfile
+		}
+		heaps, err := measureRenewal(ctx, nodes, o.renewWindow, &lv, profile)
 		if n == 0 {
 			baseHeap = heaps
 		}
@@ -115,6 +124,7 @@ func renewal(ctx context.Context, o options, bin *nodeBinary, log io.Writer) *re
 	res.Notes = append(res.Notes,
 		"messages/s: ballot requests and notifies sent (lockmesh.messages.sent; replies not counted); one request carries at most MaxOpsPerMessage (16384) operations",
 		"bytes/s: all a node process wrote with write(2) (/proc/PID/io wchar): ballot requests, replies and notifies, and memberlist's TCP push/pull",
+		"CPU µs per renewal: each node's CPU over the window over the leases renewed in it (all by v1): v1's includes its own voter's share",
 		"heap per lease: live heap after GC above the level with no lease; v1 holds every lease and is also a voter",
 		"leases are taken 256 at a time; a level where leases were lost ends the case (the next would measure a mesh in trouble)")
 	return res
@@ -149,8 +159,10 @@ func snapNodes(ctx context.Context, nodes []*nodeProc) ([]nodeSnap, error) {
 
 // measureRenewal reads every node before and after d, fills lv, and
 // returns each node's live heap (read before the window: the collection
-// it forces must not fall in the window).
-func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv *renewalLevel) ([]uint64, error) {
+// it forces must not fall in the window). With profileDir set, each node
+// also writes a CPU profile of the window and a heap profile after it
+// there.
+func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv *renewalLevel, profileDir string) ([]uint64, error) {
 	before, err := snapNodes(ctx, nodes)
 	if err != nil {
 		return nil, err
@@ -160,12 +172,36 @@ func measureRenewal(ctx context.Context, nodes []*nodeProc, d time.Duration, lv 
 		heaps = append(heaps, s.stats.HeapBytes)
 	}
 	t0 := time.Now()
+	profiled := make(chan error, len(nodes))
+	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return heaps, err
+		}
+		for _, n := range nodes {
+			go func() {
+				_, err := n.call(ctx, fmt.Sprintf("cpuprofile %s %v", filepath.Join(profileDir, n.name+".cpu"), d))
+				profiled <- err
+			}()
+		}
+	}
 	select {
 	case <-ctx.Done():
 		return heaps, ctx.Err()
 	case <-time.After(d): // the measuring window itself, not a wait for an event
 	}
 	elapsed := time.Since(t0)
+	if profileDir != "" {
+		for range nodes {
+			if err := <-profiled; err != nil {
+				return heaps, err
+			}
+		}
+		defer func() {
+			for _, n := range nodes {
+				n.call(ctx, "heapprofile "+filepath.Join(profileDir, n.name+".heap"))
+			}
+		}()
+	}
 	// The stats calls force two collections in each node: read the CPU
 	// first, node by node, so that those collections are not counted.
 	after := make([]nodeSnap, len(nodes))
@@ -222,16 +258,21 @@ func (r *renewalResult) markdown(b *strings.Builder) {
 	if r.Error != "" {
 		w("failed: %s\n\n", oneLine(r.Error))
 	}
-	w("| leases held | CPU %% of a core (v1, v2, v3) | messages sent/s (v1, v2, v3) | bytes written/s (v1, v2, v3) | renewals/s | heap bytes per lease (v1, v2) |\n")
-	w("|---:|---|---|---|---:|---|\n")
+	w("| leases held | CPU %% of a core (v1, v2, v3) | CPU µs per renewal (v1, v2, v3) | messages sent/s (v1, v2, v3) | bytes written/s (v1, v2, v3) | renewals/s | heap bytes per lease (v1, v2) |\n")
+	w("|---:|---|---|---|---|---:|---|\n")
 	for _, lv := range r.Levels {
-		var cpu, msgs, bytes, heap []string
+		var cpu, msgs, bytes, heap, per []string
 		renewed := 0.0
+		for _, n := range lv.Nodes {
+			renewed += n.RenewedSec
+		}
 		for i, n := range lv.Nodes {
 			cpu = append(cpu, fmt.Sprintf("%.1f", n.CPUPercent))
+			if renewed > 0 {
+				per = append(per, fmt.Sprintf("%.1f", n.CPUPercent/100*1e6/renewed))
+			}
 			msgs = append(msgs, fmt.Sprintf("%.1f", n.MessagesSec))
 			bytes = append(bytes, count(n.WrittenSec))
-			renewed += n.RenewedSec
 			if i < 2 && lv.Leases > 0 {
 				heap = append(heap, count(n.HeapBytesPerLease))
 			}
@@ -243,11 +284,14 @@ func (r *renewalResult) markdown(b *strings.Builder) {
 		if lv.Lost > 0 && !strings.Contains(lv.Error, "leases lost") {
 			c += fmt.Sprintf(" (%d leases lost)", lv.Lost)
 		}
-		mem := "—"
+		mem, cost := "—", "—"
 		if len(heap) > 0 {
 			mem = strings.Join(heap, ", ")
 		}
-		w("| %s | %s | %s | %s | %s | %s |\n", count(float64(lv.Leases)), c,
+		if len(per) > 0 {
+			cost = strings.Join(per, ", ")
+		}
+		w("| %s | %s | %s | %s | %s | %s | %s |\n", count(float64(lv.Leases)), c, cost,
 			strings.Join(msgs, ", "), strings.Join(bytes, ", "), count(renewed), mem)
 	}
 	w("\n")

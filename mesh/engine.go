@@ -168,9 +168,7 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 		if rd.Voting != nil {
 			m.votingChanged(*rd.Voting)
 		}
-		for _, ev := range rd.Leases {
-			m.leaseEvent(ev)
-		}
+		m.leaseEvents(rd.Leases)
 		for _, res := range rd.Results {
 			m.result(res)
 		}

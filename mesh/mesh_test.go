@@ -205,3 +205,48 @@ func TestAcquireRelease(t *testing.T) {
 		t.Fatalf("token went from %d to %d", l.Token(), l2.Token())
 	}
 }
+
+// A lease makes its channels and context only when asked for them (a node
+// renewing 100,000 leases must not make a channel per renewal). Asked for
+// first after the lease ended, they say it ended all the same: Done is
+// closed, the context is cancelled with Err as its cause, and Renewed is a
+// channel that will not close (nothing moves the deadline any more).
+func TestLeaseChannelsAskedForAfterTheEnd(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	early, err := c.nodes[0].Acquire(ctx, "early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, lctx, renewed := early.Done(), early.Context(), early.Renewed()
+	late, err := c.nodes[0].Acquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []*Lease{early, late} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release %s: %v", l.Key(), err)
+		}
+	}
+	for name, ch := range map[string]<-chan struct{}{
+		"early Done": done, "early Context().Done": lctx.Done(), "early Renewed": renewed,
+		"late Done": late.Done(), "late Context().Done": late.Context().Done(),
+	} {
+		select {
+		case <-ch:
+		default:
+			t.Errorf("%s: open after Release", name)
+		}
+	}
+	for _, l := range []*Lease{early, late} {
+		if cause := context.Cause(l.Context()); !errors.Is(cause, ErrReleased) {
+			t.Errorf("%s: context's cause %v, want ErrReleased", l.Key(), cause)
+		}
+	}
+	select {
+	case <-late.Renewed():
+		t.Error("late Renewed: closed after the end, though no renewal came")
+	default:
+	}
+}

@@ -38,7 +38,7 @@ type metricInfo struct {
 // (as lockmesh_unlisted*), and TestMetricListComplete fails.
 var metricList = []metricInfo{
 	{"acquire", histogramKind, "Time from the start of an Acquire to its grant, waiting for a held key included."},
-	{"renew", histogramKind, "Time from the start of a lease renewal to its success."},
+	{"renew", histogramKind, "Time from the start of a lease renewal to its success. (On a go-metrics sink, renewals that started together and succeeded together are one sample.)"},
 	{"leases.granted", counterKind, "Leases granted to this node."},
 	{"leases.renewed", counterKind, "Lease renewals that succeeded on this node."},
 	{"leases.lost", counterKind, "Leases this node lost before releasing them (renewal failed in time)."},
@@ -147,14 +147,14 @@ type histogram struct {
 	sum    atomic.Uint64 // nanoseconds
 }
 
-func (h *histogram) observe(d time.Duration) {
+func (h *histogram) observe(d time.Duration, n uint64) {
 	d = max(d, 0)
 	i := 0
 	for i < len(latencyBuckets) && d > latencyBuckets[i] {
 		i++
 	}
-	h.counts[i].Add(1)
-	h.sum.Add(uint64(d))
+	h.counts[i].Add(n)
+	h.sum.Add(n * uint64(d))
 }
 
 // meters are a node's figures. The listed ones sit in slices indexed by
@@ -208,12 +208,13 @@ func (s *meters) set(name string, v float64) {
 	s.lookupUnlisted(metricKey{name, gaugeKind}).value.Store(math.Float64bits(v))
 }
 
-func (s *meters) observe(name string, d time.Duration) {
+// observe records n observations of d.
+func (s *meters) observe(name string, d time.Duration, n uint64) {
 	if i, ok := metricSlot[histogramKind][name]; ok {
-		s.hists[i].observe(d)
+		s.hists[i].observe(d, n)
 		return
 	}
-	s.lookupUnlisted(metricKey{name, histogramKind}).hist.observe(d)
+	s.lookupUnlisted(metricKey{name, histogramKind}).hist.observe(d, n)
 }
 
 // setupMetrics creates the node's meters and, on the user's sink, its own
@@ -251,9 +252,15 @@ func (m *Mesh) incr(name string, v float32) {
 
 // measure records the time since start in the latency histogram name
 // (go-metrics: the sample name.latency, in milliseconds).
-func (m *Mesh) measure(name string, start time.Time) {
+func (m *Mesh) measure(name string, start time.Time) { m.measureN(name, start, 1) }
+
+// measureN records n operations that started at start and ended now: n
+// observations in the node's own histogram (Prometheus), and one sample on
+// the go-metrics sink, which takes samples one at a time (a renewal pass
+// of 4,096 leases is one sample there, not 4,096 calls that say the same).
+func (m *Mesh) measureN(name string, start time.Time, n uint64) {
 	d := time.Since(start)
-	m.stats.observe(name, d)
+	m.stats.observe(name, d, n)
 	if m.met != nil {
 		m.met.AddSampleWithLabels([]string{name, "latency"}, float32(d)/float32(m.met.TimerGranularity), m.lbl)
 	}

@@ -301,7 +301,7 @@ func usedMetricNames(t *testing.T) map[string]bool {
 			switch n := n.(type) {
 			case *ast.CallExpr:
 				sel, ok := n.Fun.(*ast.SelectorExpr)
-				if !ok || len(n.Args) == 0 || !slices.Contains([]string{"incr", "gauge", "measure"}, sel.Sel.Name) {
+				if !ok || len(n.Args) == 0 || !slices.Contains([]string{"incr", "gauge", "measure", "measureN"}, sel.Sel.Name) {
 					return true
 				}
 				if lit, ok := n.Args[0].(*ast.BasicLit); ok && lit.Kind == token.STRING {
@@ -377,10 +377,10 @@ func TestQuorumHealth(t *testing.T) {
 // inclusive); one above every bound only in the count.
 func TestHistogramBuckets(t *testing.T) {
 	var h histogram
-	h.observe(latencyBuckets[0])
-	h.observe(latencyBuckets[0] + 1)
-	h.observe(-time.Second) // a clock step back: counted as zero
-	h.observe(time.Hour)
+	h.observe(latencyBuckets[0], 1)
+	h.observe(latencyBuckets[0]+1, 1)
+	h.observe(-time.Second, 1) // a clock step back: counted as zero
+	h.observe(time.Hour, 1)
 	m := &dto.Metric{}
 	if err := constHistogram(prometheus.NewDesc("x_seconds", "x", nil, nil), &h).Write(m); err != nil {
 		t.Fatal(err)

@@ -65,9 +65,19 @@ tries:
 		var locked *LockedError
 		switch {
 		case errors.As(err, &locked):
-			if locked.Holder != "" && !locked.ThisNode {
-				if theirs, ok := sem.Check(string(locked.Value)); !ok {
-					return nil, &SemaphoreError{Name: name, N: n, Theirs: theirs, Slot: slot, Holder: locked.Holder}
+			holder, value := locked.Holder, locked.Value
+			if holder == "" {
+				// Contended ("being taken"): the try named nobody. Read the
+				// slot, or a slot held as a plain lock or by a semaphore of
+				// another size would only be found out once its holder let
+				// go, and the wait below could last that long.
+				if h, err := m.readHolder(ctx, slot); err == nil && h.Held && h.Node != string(m.name) {
+					holder, value = h.Node, h.Value
+				}
+			}
+			if holder != "" && !locked.ThisNode && holder != string(m.name) {
+				if theirs, ok := sem.Check(string(value)); !ok {
+					return nil, &SemaphoreError{Name: name, N: n, Theirs: theirs, Slot: slot, Holder: holder}
 				}
 			}
 		case errors.Is(err, ErrNoQuorum):

@@ -98,7 +98,10 @@ func (p *Proposer) renewDue(now time.Duration) {
 		}
 		started++
 		l.renewing = true
-		x := p.newOp(ks, kindRenew, l.deadline-l.opts.Notice)
+		x := p.newRenewOp(ks, l.deadline-l.opts.Notice)
+		// One start for the pass: the driver counts and times the
+		// renewals of a pass together (LeaseEvent.Started).
+		x.started = now
 		x.epoch = l.epoch
 		x.opts = l.opts
 		p.enqueue(x, true)

@@ -350,7 +350,7 @@ func (p *Proposer) push(voter int, o Op) {
 		r.Config, r.From, r.To = p.m.ID, p.cfg.ID, p.m.Voters[voter]
 		r.Ops = newOps()
 	}
-	r.Ops = append(r.Ops, o)
+	r.Ops = append(growOps(r.Ops), o)
 }
 
 // sendAccepts sends v at x.ballot to every voter whose incarnation is known,
@@ -821,10 +821,6 @@ func (p *Proposer) accepted(x *op) {
 		p.conclude(x, res)
 		return
 	}
-	quorum := make([]NodeID, 0, len(x.replies))
-	for _, r := range x.replies {
-		quorum = append(quorum, r.from)
-	}
 	if x.kind != kindRead {
 		// A majority promised x.next as it accepted our value. (Not after a
 		// read's write-back: that value is someone else's, and nothing can
@@ -844,6 +840,14 @@ func (p *Proposer) accepted(x *op) {
 	}
 	if x.next.Counter > ks.counter {
 		ks.counter = x.next.Counter
+	}
+	if x.kind == kindRenew {
+		p.renewed(x, now) // (reports no result: nothing to gather for one)
+		return
+	}
+	quorum := make([]NodeID, 0, len(x.replies))
+	for _, r := range x.replies {
+		quorum = append(quorum, r.from)
 	}
 	res := OpResult{Quorum: quorum, Ballot: x.ballot, Epoch: x.proposed.Epoch, Config: x.votes.m.ID}
 	switch x.kind {
@@ -871,8 +875,6 @@ func (p *Proposer) accepted(x *op) {
 		res.Outcome, res.Deadline, res.LeaseStart, res.Value = Granted, deadline, t0, x.proposed
 		p.stats.Granted++
 		p.finish(x, res)
-	case kindRenew:
-		p.renewed(x, now)
 	case kindRelease:
 		res.Outcome = Released
 		p.finish(x, res) // and wakes the acquires waiting behind the lease

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-metrics"
 	"github.com/lockmesh/lockmesh/bench/internal/nodecmd"
 	"github.com/lockmesh/lockmesh/lease"
@@ -30,6 +31,7 @@ func main() {
 	voters := flag.String("voters", "", "comma list of voter names")
 	seeds := flag.String("seeds", "", "comma list of gossip addresses to join")
 	withMetrics := flag.Bool("metrics", false, "keep the mesh's counters in memory (for the stats command; costs CPU on every message)")
+	logLevel := flag.String("log", "", "log the mesh's messages at this level and above (warn, info, debug) to stderr; none when empty")
 	lanTiming := flag.Bool("lan-timing", false, "lease timing and round timeout of mesh.DefaultConfig (TTL 10s, round timeout 250ms) instead of DefaultLocalConfig's (TTL 1s, 50ms)")
 	flag.Parse()
 	cfg := mesh.DefaultLocalConfig()
@@ -37,6 +39,9 @@ func main() {
 	cfg.Voters = strings.Split(*voters, ",")
 	if *seeds != "" {
 		cfg.Seeds = strings.Split(*seeds, ",")
+	}
+	if *logLevel != "" {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: *name, Level: hclog.LevelFromString(*logLevel), Output: os.Stderr})
 	}
 	if *lanTiming {
 		cfg.Timing = lease.DefaultTiming()

@@ -16,7 +16,9 @@
 //	5 contend WORKERS DURATION HOLD MAXHOLDS KEY   WORKERS goroutines on KEY
 //	6 hold N PREFIX                  take leases PREFIX/0.. until N are held, and keep them
 //	7 stats                          counters, live heap, leases held and lost
-//	8 quit                           stop at once
+//	8 cpuprofile FILE DURATION       write a CPU profile of the next DURATION to FILE
+//	9 heapprofile FILE               write a heap profile (after a collection) to FILE
+//	10 quit                          stop at once
 package nodecmd
 
 import (

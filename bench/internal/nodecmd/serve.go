@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,6 +159,20 @@ func (n *node) handle(ctx context.Context, verb string, args []string) (Reply, e
 		r.Seconds = time.Since(start).Seconds()
 		r.Held, r.Lost = n.count()
 		return r, err
+	case "cpuprofile":
+		if len(args) != 2 {
+			return r, fmt.Errorf("cpuprofile FILE DURATION")
+		}
+		d, err := duration(args, 1)
+		if err != nil {
+			return r, err
+		}
+		return r, cpuProfile(ctx, args[0], d)
+	case "heapprofile":
+		if len(args) != 1 {
+			return r, fmt.Errorf("heapprofile FILE")
+		}
+		return r, heapProfile(args[0])
 	case "stats":
 		r.Held, r.Lost = n.count()
 		r.HeapBytes = liveHeap()
@@ -220,10 +236,10 @@ func (n *node) count() (held, lost int) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for _, l := range n.leases {
-		select {
-		case <-l.Done():
+		// (Err, not Done: Done makes the lease's channel, which a node
+		// that only holds leases never needs.)
+		if l.Err() != nil {
 			lost++
-		default:
 		}
 	}
 	return len(n.leases), lost
@@ -246,6 +262,40 @@ func (n *node) counters() map[string]float64 {
 		iv.RUnlock()
 	}
 	return out
+}
+
+// cpuProfile writes a CPU profile of the next d (or until ctx ends) to
+// path.
+func cpuProfile(ctx context.Context, path string, d time.Duration) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d): // the profiled span itself, not a wait for an event
+	}
+	pprof.StopCPUProfile()
+	return f.Close()
+}
+
+// heapProfile writes a heap profile (live objects as of a collection it
+// forces, and allocations since the start) to path.
+func heapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // liveHeap is the heap in use after two full collections.
