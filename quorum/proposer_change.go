@@ -15,7 +15,10 @@ const outcomeLost Outcome = 100
 func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration) (Value, OpResult, bool) {
 	me, inc := p.cfg.ID, p.cfg.Incarnation
 	ks := x.ks
-	maxEpoch := base.Epoch
+	// (A fast path's round has no replies: what earlier rounds heard
+	// counts, or its grant could take an epoch a majority loss hid from
+	// its base: soak seed 307844 with 7 voters granted one token twice.)
+	maxEpoch := max(base.Epoch, ks.epochSeen)
 	for i := range replies {
 		maxEpoch = max(maxEpoch, replies[i].res.MaxEpoch, replies[i].res.Value.Epoch)
 	}
@@ -30,6 +33,13 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 			// give it a fresh lease.
 			v := base
 			v.TTL, v.Lease = x.opts.TTL, x.ballot
+			if maxEpoch > base.Epoch {
+				// A higher epoch was reported since it was written: the
+				// epoch may have been granted to another meanwhile (the
+				// grant took it on a fast path whose base a majority loss
+				// had made stale). Take a fresh one above what was heard.
+				v.Epoch = p.nextEpoch(maxEpoch)
+			}
 			return v, OpResult{}, true
 		}
 		// Otherwise a grant of this node that no lease stands for is

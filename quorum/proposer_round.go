@@ -64,6 +64,10 @@ type keyState struct {
 	// said the key was free (Notify.Promised): a lease seen accepted below
 	// it may have been released since (see maybeConcludeEarly).
 	freedAt uint64
+	// epochSeen is the highest epoch any voter reported for the key
+	// (MaxEpoch, a value's epoch) in answer to this node: a fast path's
+	// round hears nothing, and its next epoch must still be above it.
+	epochSeen uint64
 }
 
 func (ks *keyState) unused() bool {
@@ -500,6 +504,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 	if res.Promised.Counter > x.ks.counter {
 		x.ks.counter = res.Promised.Counter
 	}
+	x.ks.epochSeen = max(x.ks.epochSeen, res.MaxEpoch, res.Value.Epoch)
 	if p.faults.countMessages {
 		x.msgs++
 		x.replies = append(x.replies, reply{from, inc, *res})
