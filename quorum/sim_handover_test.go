@@ -3,7 +3,6 @@ package quorum
 import (
 	"flag"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -170,11 +169,7 @@ func TestSimulationHandoverReplay(t *testing.T) {
 	cfg.Trace = true
 	s := newSim(cfg)
 	s.run()
-	if *simTrace != "" {
-		if err := os.WriteFile(*simTrace, []byte(strings.Join(s.trace, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTrace(t, s)
 	gs := slices.Clone(s.check.grants["k0"])
 	slices.SortFunc(gs, func(a, b *grantRec) int { return int(a.start - b.start) })
 	var worst, from time.Duration

@@ -168,11 +168,7 @@ func TestSimulationReplay(t *testing.T) {
 	cfg.Trace = true
 	s := newSim(cfg)
 	s.run()
-	if *simTrace != "" {
-		if err := os.WriteFile(*simTrace, []byte(strings.Join(s.trace, "\n")+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTrace(t, s)
 	t.Logf("stats: %v; %v", s.stats, s.check)
 	if len(s.fail) > 0 {
 		t.Log(strings.Join(tail(s.trace, 200), "\n"))
@@ -232,4 +228,15 @@ func pick(sorted []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))]
+}
+
+// writeTrace writes a replayed run's whole trace to -sim.trace, if given.
+func writeTrace(t *testing.T, s *sim) {
+	t.Helper()
+	if *simTrace == "" {
+		return
+	}
+	if err := os.WriteFile(*simTrace, []byte(strings.Join(s.trace, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
