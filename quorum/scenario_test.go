@@ -64,6 +64,9 @@ type testCluster struct {
 	cutPair map[[2]NodeID]bool
 	hold    map[NodeID]bool // requests to these acceptors wait in held
 	held    []heldRequest
+	// disks are the voters that keep their Durable state (useDisks): a
+	// restarted acceptor starts again from what its disk holds.
+	disks map[NodeID]*memDisk
 
 	waves   [][]Request // the requests of each round trip, in order
 	answers []answer    // every request an acceptor answered, with its answer
@@ -123,6 +126,13 @@ func (c *testCluster) startAcceptor(n *testNode, edit ...func(*AcceptorConfig)) 
 	cfg := AcceptorConfig{ID: n.id, Incarnation: n.inc, Membership: c.m, Clock: n.clock,
 		MaxTTL: scTTL, Quarantine: scQuarantine, CatchUpBuckets: 2, RetryInterval: scRoundTimeout,
 		HandoffGrace: scGrace, Drift: scDrift}
+	if d := c.disks[n.id]; d != nil {
+		cfg.Disk = d
+		if d.saved != nil {
+			st := d.saved.clone()
+			cfg.Durable = &st
+		}
+	}
 	for _, e := range edit {
 		e(&cfg)
 	}
@@ -158,6 +168,24 @@ func (c *testCluster) restartProposer(id NodeID, edit func(*ProposerConfig)) {
 		c.t.Fatalf("NewProposer(%s): %v", id, err)
 	}
 	n.prop, n.inc, n.results, n.events, n.eventAt = p, c.inc, nil, nil, nil
+}
+
+// useDisks gives every voter a new disk, restarting it on it before
+// anything was voted: the voters find that none of them has voted (a new
+// mesh) and vote at once. From then on a restart keeps the disk.
+func (c *testCluster) useDisks() {
+	c.t.Helper()
+	c.disks = make(map[NodeID]*memDisk)
+	for _, id := range c.m.Voters {
+		c.disks[id] = &memDisk{}
+		c.restartAcceptor(id)
+	}
+	c.settle()
+	for _, id := range c.m.Voters {
+		if a := c.byID[id].acc; a.State() != Live {
+			c.t.Fatalf("acceptor %s on a new disk is %v, want live at once", id, a.State())
+		}
+	}
 }
 
 func (c *testCluster) node(id NodeID) *testNode { return c.byID[id] }
