@@ -38,18 +38,21 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 	case "forget-config":
 		f.acc.forgetConfig = true
 	case "ignore-ballot-mark":
-		// No simulated run is known to catch this one (see the notes
-		// of issue 13): replay it with -sim.bug to look for one.
+		// No random run is known to catch this one; a scripted one does
+		// (TestCheckerCatchesForgottenBallotMark).
 		f.acc.ignoreBallotMark = true
 	case "ignore-newer-config":
 		f.acc.ignoreNewerConfig = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":
+		// Caught by a scripted run (TestCheckerCatchesFullRestartOnAMajority).
 		f.acc.floorOnMajority = true
 	case "skip-prev-catch-up":
 		f.acc.skipPrevCatchUp = true
 	case "keep-fast-on-adopt":
+		// No run is known in which it breaks an invariant (see
+		// TestProposerAdoptingAConfigurationDropsFastPaths).
 		f.prop.keepFastOnAdopt = true
 	case "migrate-full-ttl":
 		f.prop.migrateFullTTL = true
