@@ -42,6 +42,8 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// (TestCheckerCatchesForgottenBallotMark).
 		f.acc.ignoreBallotMark = true
 	case "ignore-newer-config":
+		// No run can break an invariant with it; a scripted one shows
+		// its effect (TestDurableRestartNeverVotesInAReplacedConfiguration).
 		f.acc.ignoreNewerConfig = true
 	case "list-from-one":
 		f.prop.listFromOne = true
