@@ -109,7 +109,11 @@
 // do not all rush at a freed key. A waiter also retries when the lease it saw
 // should have ended, in case every notification was lost. Acquires that find
 // a key held promise nothing (Op.IfFree), so the holder's one-round-trip
-// renewals and release are not disturbed by contenders.
+// renewals and release are not disturbed by contenders. Nor is a release
+// that a write-back of the grant overtook (the key free at some voters, the
+// grant written again above it at others): only the holder's next round can
+// free the key, and an acquire that sees this waits for it as behind a
+// lease, rather than outbid it at the voters where the key looks free.
 //
 // # Unknown outcomes
 //

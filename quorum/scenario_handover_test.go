@@ -1,6 +1,9 @@
 package quorum
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // Hand-over scenarios: how a waiter comes to the key without waiting out a
 // timer, and without disturbing the holder.
@@ -82,4 +85,129 @@ func TestScenarioWaiterDoesNotWaitForAGrantFewVotersHold(t *testing.T) {
 	if res.Outcome != Granted || res.Epoch <= 7 {
 		t.Fatalf("p1: %v at %d, want granted above 7", res.Outcome, res.Epoch)
 	}
+}
+
+// With an even number of voters, half of them refusing a ballot is not a
+// majority: a waiter whose first replies are refusals must hear the rest
+// before it concludes anything, or it never learns that a majority holds
+// the key. It took every such round for a lost duel and tried again at
+// once, and so never parked: every waiter of a key held in a
+// configuration of four or six voters kept raising the ballots (soak seed
+// 301772 with 5 voters, in a configuration of six).
+func TestScenarioWaiterParksOnHeldKeyWithEvenVoters(t *testing.T) {
+	c := newTestCluster(t, []NodeID{"a", "b", "c", "d"}, "p1", "w")
+	g := c.mustGrant("p1", "k")
+	op := c.acquire("w", "k", true)
+	mark := len(c.waves)
+	c.advance(100 * time.Millisecond)
+	if n := prepares(c.wavesSince(mark), "w"); n != 0 {
+		t.Errorf("the waiter sent %d more prepares in 100ms; a waiter of a held key waits to be told it is free", n)
+	}
+	c.mustRelease("p1", "k", g.Epoch)
+	res := c.waitResult("w", op, scRoundTimeout)
+	if res.Outcome != Granted || res.Epoch <= g.Epoch {
+		t.Fatalf("the waiter: %v at %d, want granted above %d", res.Outcome, res.Epoch, g.Epoch)
+	}
+}
+
+// A release that another node's write-back overtook, as in soak seed
+// 301772 (5 voters, run in a configuration of six): c missed the grant,
+// the holder's release reached a and b, and a read that heard c, d, e and
+// f wrote the grant back at d, e and f, at a higher ballot, before the
+// release came there. Nothing is chosen, and only the holder can finish
+// its release: everything else builds on the grant, the highest value. A
+// waiter, told by a and b that the key is free, finds the grant's lease
+// running at d, e and f: its acquire cannot win, and the promises it wins
+// at a, b and c, each above the last ballot it heard, would only cost the
+// holder its next round. Once it has seen the release under way, it waits
+// to be told the key is free, however long the holder's next round takes.
+// (The seed's waiters duelled the holder for 404 ms.)
+func TestScenarioWaiterLetsHolderFinishOvertakenRelease(t *testing.T) {
+	voters := []NodeID{"a", "b", "c", "d", "e", "f"}
+	c := newTestCluster(t, voters, "p1", "w1", "w2")
+	c.cutPair[[2]NodeID{"p1", "c"}] = true
+	g := c.mustGrant("p1", "k") // its fast path stands on a, b, d, e and f
+	c.cutPair[[2]NodeID{"p1", "c"}] = false
+	ops := []OpID{c.acquire("w1", "k", true), c.acquire("w2", "k", true)}
+	// The release reaches a and b; d, e and f are slow, and the
+	// write-back comes to them first (its accept to c was lost).
+	for _, id := range voters[3:] {
+		c.hold[id] = true
+	}
+	op, err := c.node("p1").prop.Release("k", g.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	grant := c.registers("k")["d"].Value
+	rb := bal(1000, "reader")
+	for _, id := range voters[3:] {
+		a := c.node(id).acc
+		for _, o := range []Op{
+			{ID: 1, Kind: OpPrepare, Key: "k", Ballot: rb},
+			{ID: 2, Kind: OpAccept, Key: "k", Ballot: rb, Inc: c.node(id).inc, Value: grant},
+		} {
+			if r := a.HandleRequest(&Request{Config: c.m.ID, From: "reader", To: id, Ops: []Op{o}}); !r.Results[0].OK {
+				t.Fatalf("the write-back at %s: %+v", id, r.Results[0])
+			}
+		}
+	}
+	if r := c.registers("k")["c"]; r.Value.Held || r.Value.Epoch != 0 {
+		t.Fatalf("c holds %v; it should have missed the grant", r.Value)
+	}
+	// The holder's next round is slow to come: it is cut off for a while.
+	c.cut["p1"] = true
+	for _, id := range voters[3:] {
+		c.release(id)
+	}
+	// (For less than the hand-off grace: when that passes with the key
+	// still free at a and b, they tell the next waiter in line, who takes
+	// its own look.)
+	mark := len(c.waves)
+	c.advance(scGrace - 10*time.Millisecond)
+	for _, w := range []NodeID{"w1", "w2"} {
+		if n := prepares(c.wavesSince(mark), w); n != 0 {
+			t.Errorf("%s tried %d more times while the holder's release was under way", w, n)
+		}
+	}
+	c.cut["p1"] = false
+	res := c.waitResult("p1", op, 2*scRoundTimeout)
+	if res.Outcome != Released {
+		t.Fatalf("the release: %v, want released", res.Outcome)
+	}
+	start := c.now
+	for {
+		var got []OpResult
+		for i, w := range []NodeID{"w1", "w2"} {
+			if r, ok := c.result(w, ops[i]); ok {
+				got = append(got, r)
+			}
+		}
+		if len(got) > 0 {
+			if len(got) != 1 || got[0].Outcome != Granted || got[0].Epoch <= g.Epoch {
+				t.Fatalf("the waiters after the release: %+v; want one granted above %d", got, g.Epoch)
+			}
+			return
+		}
+		if c.now-start > scRoundTimeout {
+			t.Fatalf("no waiter was granted the key %v after its release", c.now-start)
+		}
+		c.advance(time.Millisecond)
+	}
+}
+
+// prepares counts the prepare rounds (distinct ballots) node id sent in
+// waves.
+func prepares(waves [][]Request, id NodeID) int {
+	seen := map[Ballot]bool{}
+	for _, w := range waves {
+		for _, r := range w {
+			for _, o := range r.Ops {
+				if r.From == id && o.Kind == OpPrepare {
+					seen[o.Ballot] = true
+				}
+			}
+		}
+	}
+	return len(seen)
 }
