@@ -142,6 +142,16 @@ func (s *secureCluster) secure(cfg *Config) {
 	// of starvation can cost the held lease, which is not what these
 	// tests are about.
 	cfg.Timing.TTL = 3 * time.Second
+	// And rounds must be able to finish there. A round sends its accepts
+	// only if its prepares came back within RoundTimeout, and a ballot
+	// connection on which three calls in a row hear nothing by then is
+	// redialed, with a new TLS handshake. Over TLS, under -race, beside a
+	// dozen nodes of this process and other suites on two cores, replies
+	// take longer than the local 50ms for seconds on end: every renewal
+	// round then timed out, each redial made the next slower, and the
+	// held lease was lost (TestClosedDoors, 7 runs in 8). 250ms is
+	// DefaultConfig's, for a LAN.
+	cfg.RoundTimeout = 250 * time.Millisecond
 	s.ca.useFiles(cfg)
 	cfg.GossipKey = s.key
 	cfg.GossipLabel = s.label
