@@ -13,6 +13,14 @@ func TestAutopilotReplacesDeadVoter(t *testing.T) {
 	c := newCluster(t, clusterOpts{voters: 3, proposers: 2, dataDirs: true, tweak: func(cfg *Config) {
 		cfg.Autopilot = &AutopilotConfig{DeadAfter: 300 * time.Millisecond, Interval: 50 * time.Millisecond}
 		cfg.NoVote = cfg.Name == "node4"
+		// The lease below must be renewed while a voter is dead and the
+		// configuration changes: once node3 is added, three of the four
+		// voters make a majority, so a renewal needs node0, node1 and
+		// node3 all to answer, each on the new configuration. The local
+		// 1s TTL leaves about 600ms to retry in, which a loaded run under
+		// -race can spend in one stall; the test is about the changes
+		// keeping the lease, not about its length.
+		cfg.Timing.TTL = 3 * time.Second
 	}})
 	c.waitVoting()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -178,10 +178,13 @@ func (l *Lease) end(err error) bool {
 // Release ends the lease and frees the key for the next waiter. The lease
 // ends at once (Done closes, Deadline becomes now), then the key is freed
 // by a majority. Release never frees another holder's grant: it acts only on
-// this grant's token. It returns nil once the key is free (or was already
-// taken by someone else after this lease expired), ErrNoQuorum if the
-// voters could not be reached (the grant then frees itself when it
-// expires; the node keeps trying in the background), or ctx's error.
+// this grant's token. Rounds that hear no majority (voters slow to answer,
+// under load, say) are tried again until ctx's deadline, or for 20 round
+// timeouts if that is later or ctx has none. It returns nil once the key is
+// free (or was already taken by someone else after this lease expired),
+// ErrNoQuorum if the voters could not be reached by then (the grant then
+// frees itself when it expires), or ctx's error (the node keeps trying in
+// the background until that same deadline).
 // Calling it again returns nil. Called on a lease that had already ended
 // otherwise, it says how: an error wrapping ErrLeaseLost (as Err does),
 // or ErrClosed.
@@ -199,6 +202,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.released = true
 	l.deadline = time.Now()
 	l.mu.Unlock()
+	var deadline time.Duration // zero: the proposer's own bound
+	if d, ok := ctx.Deadline(); ok {
+		deadline = m.clock.since(d)
+	}
 	ch := outcomeChans.Get().(chan outcome)
 	var startErr error
 	m.drive(func(n *quorum.Node) {
@@ -212,7 +219,7 @@ func (l *Lease) Release(ctx context.Context) error {
 			delete(m.leases, l.key)
 		}
 		m.gaugeLeases()
-		id, err := n.Release(l.key, l.token)
+		id, err := n.Release(l.key, l.token, deadline)
 		if err != nil {
 			// Lost meanwhile: nothing to free.
 			startErr = fmt.Errorf("releasing %q (token %d): %w", l.key, l.token, ErrLeaseLost)

@@ -137,16 +137,30 @@ func newSecureCluster(t *testing.T, voters int, tweak func(*Config)) *secureClus
 }
 
 func (s *secureCluster) secure(cfg *Config) {
-	// Leases here must outlast the attacks on a machine busy with other
-	// packages' tests: with the local 1 s TTL a few hundred milliseconds
-	// of starvation can cost the held lease, which is not what these
-	// tests are about.
-	cfg.Timing.TTL = 3 * time.Second
+	underAttack(cfg)
 	s.ca.useFiles(cfg)
 	cfg.GossipKey = s.key
 	cfg.GossipLabel = s.label
 	cfg.MetricSink = s.sink
 	cfg.Logger = s.log.logger(cfg.Name)
+}
+
+// underAttack sets the timing of a mesh whose held lease must outlast
+// attacks on a machine busy with other packages' tests.
+func underAttack(cfg *Config) {
+	// With the local 1 s TTL a few hundred milliseconds of starvation can
+	// cost the held lease, which is not what these tests are about.
+	cfg.Timing.TTL = 3 * time.Second
+	// And rounds must be able to finish there. A round sends its accepts
+	// only if its prepares came back within RoundTimeout, and a ballot
+	// connection on which three calls in a row hear nothing by then is
+	// redialed (with a new TLS handshake, under TLS). Under -race, beside
+	// a dozen nodes of this process and other suites on two cores,
+	// replies take longer than the local 50ms for seconds on end: every
+	// renewal round then timed out, each redial made the next slower, and
+	// the held lease was lost (TestClosedDoors, 7 runs in 8). 250ms is
+	// DefaultConfig's, for a LAN.
+	cfg.RoundTimeout = 250 * time.Millisecond
 }
 
 // outsider starts a node that is not a voter and joins through node0,
@@ -618,8 +632,11 @@ func TestReplayedRequestsChangeNothing(t *testing.T) {
 			}
 		}
 		lease.intact(t)
+		// (A context of its own: the test's may be spent by the restart.)
+		tctx, tcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer tcancel()
 		var locked *LockedError
-		if _, err := s.nodes[1].TryAcquire(ctx, "k"); !errors.As(err, &locked) || locked.Holder != "node2" {
+		if _, err := s.nodes[1].TryAcquire(tctx, "k"); !errors.As(err, &locked) || locked.Holder != "node2" {
 			t.Fatalf("%s: node1's try-acquire: %v, want the key held by node2", when, err)
 		}
 	}
@@ -650,6 +667,7 @@ func TestLimitsTrip(t *testing.T) {
 	sink := metrics.NewInmemSink(time.Hour, time.Hour)
 	log := &testLog{}
 	c := newCluster(t, clusterOpts{voters: 3, tcp: true, tweak: func(cfg *Config) {
+		underAttack(cfg)
 		cfg.MetricSink = sink
 		cfg.Logger = log.logger(cfg.Name)
 		cfg.MaxFrameSize = 64 << 10

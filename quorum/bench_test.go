@@ -173,7 +173,7 @@ func BenchmarkProposerAcquire(b *testing.B) {
 		bc.p.Acquire("k", opts)
 		results, _, _ = bc.drive(results[:0], nil)
 		epoch := results[0].Epoch
-		bc.p.Release("k", epoch)
+		bc.p.Release("k", epoch, 0)
 		bc.drive(nil, nil)
 		sent := 0
 		b.ReportAllocs()
@@ -188,7 +188,7 @@ func BenchmarkProposerAcquire(b *testing.B) {
 			if len(results) != 1 || results[0].Outcome != Granted {
 				b.Fatalf("acquire %d: %+v", i, results)
 			}
-			if _, err := bc.p.Release("k", results[0].Epoch); err != nil {
+			if _, err := bc.p.Release("k", results[0].Epoch, 0); err != nil {
 				b.Fatal(err)
 			}
 			results, n = bc.complete(results[:0])

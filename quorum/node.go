@@ -374,7 +374,9 @@ func (n *Node) Adopt(m Membership) bool {
 // Acquire, Release, Read, Cancel and ChangeVoters start the proposer's
 // operations (see Proposer); results come through Ready.
 func (n *Node) Acquire(key string, o AcquireOptions) (OpID, error) { return n.prop.Acquire(key, o) }
-func (n *Node) Release(key string, epoch uint64) (OpID, error)     { return n.prop.Release(key, epoch) }
+func (n *Node) Release(key string, epoch uint64, deadline time.Duration) (OpID, error) {
+	return n.prop.Release(key, epoch, deadline)
+}
 func (n *Node) Read(key string, deadline time.Duration) (OpID, error) {
 	return n.prop.Read(key, deadline)
 }

@@ -462,8 +462,12 @@ func (p *Proposer) localAcquire(ks *keyState) *op {
 
 // Release ends this node's lease on key with the given epoch and frees the
 // key. The lease ends locally at once (no renewal, no loss report), then the
-// result comes through Ready: Released, NotHeld or NoQuorum.
-func (p *Proposer) Release(key string, epoch uint64) (OpID, error) {
+// result comes through Ready: Released, NotHeld or NoQuorum. Rounds that
+// hear no majority are retried until deadline (on the node's clock), or
+// until CleanupTimeout from now if that is later (so zero means
+// CleanupTimeout): a caller that can wait longer for the key to be freed,
+// rather than for the grant to expire, says so.
+func (p *Proposer) Release(key string, epoch uint64, deadline time.Duration) (OpID, error) {
 	ks := p.keys[key]
 	if ks == nil || ks.lease == nil || ks.lease.epoch != epoch {
 		return 0, fmt.Errorf("%w: %q epoch %d", ErrNotHeld, key, epoch)
@@ -471,7 +475,7 @@ func (p *Proposer) Release(key string, epoch uint64) (OpID, error) {
 	now := p.clock.Now()
 	ks.lastDeadline = now
 	p.dropLease(ks)
-	x := p.newOp(ks, kindRelease, now+p.cfg.CleanupTimeout)
+	x := p.newOp(ks, kindRelease, max(deadline, now+p.cfg.CleanupTimeout))
 	x.epoch = epoch
 	p.enqueue(x, false)
 	return x.id, nil

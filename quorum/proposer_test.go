@@ -238,7 +238,7 @@ func TestProposerReportsLostBeforeDeadline(t *testing.T) {
 	if _, _, ok := p1.prop.Holds("k"); ok {
 		t.Errorf("p1 still holds k after its loss was reported")
 	}
-	_, err := p1.prop.Release("k", g.Epoch)
+	_, err := p1.prop.Release("k", g.Epoch, 0)
 	errNotHeld(t, "release of a lost lease", err)
 
 	// Once the network heals, another holder is granted, and only after
@@ -267,7 +267,7 @@ func TestProposerReleaseActsOnlyOnExactEpoch(t *testing.T) {
 		key   string
 		epoch uint64
 	}{{"k", g.Epoch + 1}, {"k", g.Epoch - 1}, {"k", 0}, {"other", g.Epoch}} {
-		_, err := p1.Release(tc.key, tc.epoch)
+		_, err := p1.Release(tc.key, tc.epoch, 0)
 		errNotHeld(t, fmt.Sprintf("Release(%q, %d)", tc.key, tc.epoch), err)
 	}
 	c.settle()
@@ -281,7 +281,7 @@ func TestProposerReleaseActsOnlyOnExactEpoch(t *testing.T) {
 	if res.Epoch != g.Epoch {
 		t.Errorf("released epoch %d, want %d", res.Epoch, g.Epoch)
 	}
-	_, err := p1.Release("k", g.Epoch)
+	_, err := p1.Release("k", g.Epoch, 0)
 	errNotHeld(t, "second release", err)
 	// The register is free and keeps the epoch, so the next grant goes
 	// above it.

@@ -49,7 +49,7 @@ func TestScenarioFastRoundThatCannotWinEndsAtOnce(t *testing.T) {
 	a2 := c.node("b").acc
 	a2.HandleRequest(&Request{Config: c.m.ID, From: "r", To: "b", Ops: []Op{{ID: 1, Kind: OpPrepare, Key: "k", Ballot: bal(1000, "r")}}})
 	start := c.now
-	op, err := c.node("p1").prop.Release("k", g.Epoch)
+	op, err := c.node("p1").prop.Release("k", g.Epoch, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -433,7 +433,7 @@ func (c *testCluster) mustGrant(id NodeID, key string) OpResult {
 // mustRelease releases node id's lease on key and fails unless it is freed.
 func (c *testCluster) mustRelease(id NodeID, key string, epoch uint64) OpResult {
 	c.t.Helper()
-	op, err := c.byID[id].prop.Release(key, epoch)
+	op, err := c.byID[id].prop.Release(key, epoch, 0)
 	if err != nil {
 		c.t.Fatalf("%s: Release(%q, %d): %v", id, key, epoch, err)
 	}
@@ -915,7 +915,7 @@ func TestScenarioCleanupLeavesAGrantBeingReleased(t *testing.T) {
 	x := p.newOp(ks, kindCleanup, n.clock.Now()+p.cfg.CleanupTimeout)
 	x.targets = []uint64{g.Epoch} // as if an earlier attempt had written it
 	p.enqueue(x, false)           // its prepare is out, not answered yet
-	op, err := p.Release("k", g.Epoch)
+	op, err := p.Release("k", g.Epoch, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

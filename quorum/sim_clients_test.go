@@ -302,7 +302,7 @@ func (c *simClient) hold() {
 func (c *simClient) release() {
 	s := c.s
 	g := c.grant
-	id, err := c.n.node.Release(g.key, g.token)
+	id, err := c.n.node.Release(g.key, g.token, 0)
 	if errors.Is(err, ErrNotHeld) {
 		// Lost meanwhile (the notice came while the client was busy).
 		c.idle()
