@@ -134,7 +134,7 @@ func TestScenarioWaiterLetsHolderFinishOvertakenRelease(t *testing.T) {
 	for _, id := range voters[3:] {
 		c.hold[id] = true
 	}
-	op, err := c.node("p1").prop.Release("k", g.Epoch)
+	op, err := c.node("p1").prop.Release("k", g.Epoch, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
