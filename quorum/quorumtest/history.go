@@ -251,8 +251,9 @@ func (h *History) checkedOps(key string) []porcupine.Operation {
 //   - no other operation names e (an input's or output's epoch, another
 //     ghost's attempts): a read, a release, a cleanup, a "locked by" that
 //     saw the register held at e, or a free read at e, needs the write;
-//   - no release that may follow the ghost answered "not held": a register
-//     the write took from the releaser explains that answer;
+//   - no release that may follow the ghost answered "not held" about a
+//     grant the ghost's write may have taken the register from: one the
+//     register may have held before the write (see firstHeld);
 //   - no cleanup of the ghost's node of unknown outcome and epoch may follow
 //     it: it may have freed the write, at e, unnamed.
 //
@@ -271,6 +272,7 @@ func dropUnobservedGhosts(ops []porcupine.Operation) []porcupine.Operation {
 			named[e]++
 		}
 	}
+	held := firstHeld(ops)
 	unobserved := func(g porcupine.Operation) bool {
 		in, out := g.Input.(Input), g.Output.(Output)
 		if in.Kind != Acquire || !out.Unknown || out.AnyEpoch || in.Epoch != 0 || out.Epoch != 0 {
@@ -288,7 +290,9 @@ func dropUnobservedGhosts(ops []porcupine.Operation) []porcupine.Operation {
 			oin, oout := op.Input.(Input), op.Output.(Output)
 			switch {
 			case oin.Kind == Release && oout.Outcome == NotHeld && !oout.Unknown:
-				return false
+				if at, ok := held.at(oin.Holder, oin.Epoch); ok && at <= g.Return {
+					return false
+				}
 			case oin.Kind == Cleanup && oout.Unknown && oout.Epoch == 0 && oin.Holder == in.Holder:
 				return false
 			}
@@ -302,6 +306,72 @@ func dropUnobservedGhosts(ops []porcupine.Operation) []porcupine.Operation {
 		}
 	}
 	return kept
+}
+
+// heldSince is, for each holder and epoch, the earliest call of an
+// operation that can leave the register held by that holder at that epoch;
+// and for each holder, of one that can leave it held by the holder at an
+// epoch nobody learned (a wild register, which matches any epoch above
+// its own).
+type heldSince struct {
+	exact map[holderEpoch]int64
+	wild  map[string]int64
+}
+
+type holderEpoch struct {
+	holder string
+	epoch  uint64
+}
+
+// firstHeld finds, in ops, every operation after which the register may
+// be held by a given holder at a given epoch. In the model (step) only
+// these do: a grant (the caller, the epoch granted), a write of unknown
+// outcome (the caller, an epoch it attempted, or any epoch: wild), and a
+// read that names the holder and epoch (from a register a majority's loss
+// left unknown, or pinning a wild one). A ghost that ended before every
+// such operation for h@e began came before them in every linearization, so
+// its write cannot have taken the register from h@e: a release of h@e that
+// answered "not held" is explained without it.
+func firstHeld(ops []porcupine.Operation) heldSince {
+	h := heldSince{exact: make(map[holderEpoch]int64), wild: make(map[string]int64)}
+	note := func(m map[holderEpoch]int64, k holderEpoch, at int64) {
+		if old, ok := m[k]; !ok || at < old {
+			m[k] = at
+		}
+	}
+	for _, op := range ops {
+		in, out := op.Input.(Input), op.Output.(Output)
+		switch in.Kind {
+		case Acquire:
+			switch {
+			case out.Outcome == Granted && !out.Unknown:
+				note(h.exact, holderEpoch{in.Holder, out.Epoch}, op.Call)
+			case out.Unknown && out.AnyEpoch:
+				if old, ok := h.wild[in.Holder]; !ok || op.Call < old {
+					h.wild[in.Holder] = op.Call
+				}
+			case out.Unknown:
+				for _, e := range out.Attempted {
+					note(h.exact, holderEpoch{in.Holder, e}, op.Call)
+				}
+			}
+		case Read:
+			if out.Holder != "" {
+				note(h.exact, holderEpoch{out.Holder, out.Epoch}, op.Call)
+			}
+		}
+	}
+	return h
+}
+
+// at is the earliest call after which the register may hold holder at
+// epoch, and false when no operation can leave it so.
+func (h heldSince) at(holder string, epoch uint64) (int64, bool) {
+	at, ok := h.exact[holderEpoch{holder, epoch}]
+	if w, wok := h.wild[holder]; wok && (!ok || w < at) {
+		at, ok = w, true
+	}
+	return at, ok
 }
 
 // lanes numbers ops' ClientId from 0 for porcupine's visualisation, which

@@ -115,13 +115,15 @@ func TestCheckTimeoutFails(t *testing.T) {
 	t.Setenv("LOCKMESH_ARTIFACTS", dir)
 	// 40 concurrent writes of unknown outcome and a read that none of them
 	// explains: deciding that takes every subset of them, far beyond the
-	// timeout. (A release answering "not held" after them keeps them all
-	// in the check: any of them may explain it.)
+	// timeout. (A release answering "not held" after them, of a grant
+	// made while they ran, keeps them all in the check: any of them may
+	// explain it.)
 	h := NewHistory()
 	for i := range 40 {
 		h.Add("k", i, Input{Kind: Acquire, Holder: "a/1"},
 			Output{Outcome: NoQuorum, Unknown: true, Attempted: []uint64{uint64(i + 1)}}, 0, 100)
 	}
+	h.Add("k", 41, Input{Kind: Acquire, Holder: "q/1"}, Output{Outcome: Granted, Epoch: 500}, 50, 55)
 	h.Add("k", 41, Input{Kind: Release, Holder: "q/1", Epoch: 500}, Output{Outcome: NotHeld}, 150, 160)
 	h.Add("k", 40, Input{Kind: Read, Holder: "r/1"}, Output{Outcome: ReadDone, Held: true, Holder: "z/1", Epoch: 99}, 200, 210)
 	bad, unknown := h.Check(50 * time.Millisecond)
@@ -159,23 +161,36 @@ func TestUnobservedGhostsAreLeftOut(t *testing.T) {
 		t.Errorf("check of the read no write explains: %v, want illegal", v)
 	}
 	// A write something observed stays, and explains it.
+	grantQ := func(call int64) porcupine.Operation { // q/1 granted 500
+		return porcupine.Operation{ClientId: 41, Input: Input{Kind: Acquire, Holder: "q/1"},
+			Output: Output{Outcome: Granted, Epoch: 500}, Call: call, Return: call + 5}
+	}
+	lost := porcupine.Operation{ClientId: 41, // q/1 finds its lease gone
+		Input: Input{Kind: Release, Holder: "q/1", Epoch: 500}, Output: Output{Outcome: NotHeld}, Call: 200, Return: 210}
 	for _, tc := range []struct {
 		what string
-		op   porcupine.Operation
+		ops  []porcupine.Operation
 		kept int // ghosts kept
 	}{
-		{"a read of a/1 at epoch 7", porcupine.Operation{ClientId: 40,
-			Input: Input{Kind: Read, Holder: "r/1"}, Output: Output{Outcome: ReadDone, Held: true, Holder: "a/1", Epoch: 7}, Call: 200, Return: 210}, 1},
-		{"a release of epoch 7", porcupine.Operation{ClientId: 40,
-			Input: Input{Kind: Release, Holder: "a/1", Epoch: 7}, Output: Output{Outcome: Released}, Call: 200, Return: 210}, 1},
-		{"a release that found its lease gone", porcupine.Operation{ClientId: 40,
-			Input: Input{Kind: Release, Holder: "q/1", Epoch: 500}, Output: Output{Outcome: NotHeld}, Call: 50, Return: 210}, 40},
-		{"a cleanup of a/1 of unknown outcome", porcupine.Operation{ClientId: 40,
-			Input: Input{Kind: Cleanup, Holder: "a/1"}, Output: Output{Outcome: NoQuorum, Unknown: true}, Call: 200, Return: 210}, 40},
+		{"a read of a/1 at epoch 7", []porcupine.Operation{{ClientId: 40,
+			Input: Input{Kind: Read, Holder: "r/1"}, Output: Output{Outcome: ReadDone, Held: true, Holder: "a/1", Epoch: 7}, Call: 200, Return: 210}}, 1},
+		{"a release of epoch 7", []porcupine.Operation{{ClientId: 40,
+			Input: Input{Kind: Release, Holder: "a/1", Epoch: 7}, Output: Output{Outcome: Released}, Call: 200, Return: 210}}, 1},
+		// The writes may have taken the register from q/1's grant.
+		{"a release that found its lease gone, granted while the writes ran", []porcupine.Operation{grantQ(50), lost}, 40},
+		{"a release that found its lease gone, which a wild write may have held", []porcupine.Operation{{ClientId: 41,
+			Input: Input{Kind: Acquire, Holder: "q/1"}, Output: Output{Outcome: NoQuorum, Unknown: true, AnyEpoch: true}, Call: 60, Return: 300}, lost}, 40},
+		// They cannot: every write came before q/1 could hold the key.
+		{"a release that found its lease gone, granted after the writes", []porcupine.Operation{grantQ(150), lost}, 0},
+		{"a release that found a lease gone that nobody was granted", []porcupine.Operation{lost}, 0},
+		{"a cleanup of a/1 of unknown outcome", []porcupine.Operation{{ClientId: 40,
+			Input: Input{Kind: Cleanup, Holder: "a/1"}, Output: Output{Outcome: NoQuorum, Unknown: true}, Call: 200, Return: 210}}, 40},
 	} {
 		h := ghosts()
-		h.Add("k", tc.op.ClientId, tc.op.Input.(Input), tc.op.Output.(Output), tc.op.Call, tc.op.Return)
-		if n := len(h.checkedOps("k")) - 1; n != tc.kept {
+		for _, op := range tc.ops {
+			h.Add("k", op.ClientId, op.Input.(Input), op.Output.(Output), op.Call, op.Return)
+		}
+		if n := len(h.checkedOps("k")) - len(tc.ops); n != tc.kept {
 			t.Errorf("with %s: %d writes of unknown outcome checked, want %d", tc.what, n, tc.kept)
 		}
 	}
