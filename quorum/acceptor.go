@@ -198,7 +198,15 @@ type Acceptor struct {
 	// the longest lease horizon it heard of (see CatchUpResponse.Horizon).
 	// horizon is that longest lease, reported to others while it matters
 	// (until horizonUntil).
-	liveFrom     time.Duration
+	liveFrom time.Duration
+	// horizonAsk is what a quarantined acceptor asks the other voters at
+	// its start, and again every RetryInterval until each answered: their
+	// lease horizons only (a catch-up request of no bucket). A voter that
+	// knows a longer lease may restart itself before this one's quarantine
+	// ends, and then nobody would tell it (soak seed 706611 with 3 voters).
+	horizonAsk   []NodeID
+	horizonOut   []CatchUpRequest
+	horizonAsked time.Duration
 	horizon      time.Duration
 	horizonUntil time.Duration
 	// floorOnly is set when a majority of voters had lost their state at
@@ -303,6 +311,14 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		// nothing needs protecting; ask them before waiting anything out.
 		a.probing = true
 		a.startCatchUp()
+	}
+	if a.state == Quarantined && !a.faults.ownQuarantineOnly {
+		for _, v := range append(slices.Clone(a.m.Voters), a.m.Prev...) {
+			if v != a.cfg.ID && !slices.Contains(a.horizonAsk, v) {
+				a.horizonAsk = append(a.horizonAsk, v)
+			}
+		}
+		a.askHorizons(a.startedAt)
 	}
 	return a, nil
 }
@@ -646,6 +662,9 @@ func (a *Acceptor) Adopt(m Membership) bool {
 // Tick advances the acceptor's timers: the end of quarantine, catch-up
 // retries, and the expiry of leases that someone watches.
 func (a *Acceptor) Tick() {
+	if a.state == Quarantined && len(a.horizonAsk) > 0 && a.clock.Now()-a.horizonAsked >= a.cfg.RetryInterval {
+		a.askHorizons(a.clock.Now())
+	}
 	a.maybeEndQuarantine()
 	if a.state == CatchingUp && a.diskErr == nil {
 		a.catchUp.tick(a.clock.Now(), a.cfg.RetryInterval)
@@ -668,6 +687,9 @@ func (a *Acceptor) NextTick() (time.Duration, bool) {
 	case a.diskErr != nil:
 	case a.state == Quarantined:
 		set(a.startedAt + a.cfg.Quarantine)
+		if len(a.horizonAsk) > 0 {
+			set(a.horizonAsked + a.cfg.RetryInterval)
+		}
 	case a.state == CatchingUp:
 		if t, has := a.catchUp.next(a.cfg.RetryInterval); has {
 			set(t)
@@ -700,7 +722,7 @@ type AcceptorReady struct {
 
 // hasReady reports whether Ready has anything.
 func (a *Acceptor) hasReady() bool {
-	return len(a.notify) > 0 || (a.catchUp != nil && len(a.catchUp.outbox) > 0)
+	return len(a.notify) > 0 || (a.catchUp != nil && len(a.catchUp.outbox) > 0) || len(a.horizonOut) > 0
 }
 
 // Ready hands out the messages the acceptor wants sent and forgets them.
@@ -720,6 +742,10 @@ func (a *Acceptor) Ready() AcceptorReady {
 	if a.catchUp != nil && len(a.catchUp.outbox) > 0 {
 		rd.CatchUps = a.catchUp.outbox
 		a.catchUp.outbox = nil
+	}
+	if len(a.horizonOut) > 0 {
+		rd.CatchUps = append(rd.CatchUps, a.horizonOut...)
+		a.horizonOut = nil
 	}
 	return rd
 }

@@ -53,6 +53,20 @@ type peerCatchUp struct {
 	newerBallot *Ballot // with newer: the ballot it was accepted at
 }
 
+// horizonBucket marks a catch-up request, and its answer, that asks for the
+// lease horizon alone: no bucket of registers is ever numbered so.
+const horizonBucket = ^uint32(0)
+
+// askHorizons asks every voter that has not answered yet for its lease
+// horizon (see horizonAsk).
+func (a *Acceptor) askHorizons(now time.Duration) {
+	a.horizonAsked = now
+	a.horizonOut = a.horizonOut[:0]
+	for _, v := range a.horizonAsk {
+		a.horizonOut = append(a.horizonOut, CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, To: v, Inc: a.cfg.Incarnation, Bucket: horizonBucket})
+	}
+}
+
 func (a *Acceptor) maybeEndQuarantine() {
 	if a.state != Quarantined || a.diskErr != nil {
 		return
@@ -69,6 +83,7 @@ func (a *Acceptor) maybeEndQuarantine() {
 func (a *Acceptor) startCatchUp() {
 	now := a.clock.Now()
 	a.state = CatchingUp
+	a.horizonAsk, a.horizonOut = nil, nil // every answer to the catch-up tells it
 	a.catchUp = &catchUp{
 		buckets: a.cfg.CatchUpBuckets,
 		req:     CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets, Inc: a.cfg.Incarnation},
@@ -185,6 +200,14 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		// one that was chosen, so this acceptor may too (and then asks
 		// the new voters). An older one learns ours from its proposers.
 		a.Adopt(*resp.Members)
+		return
+	}
+	if resp.Bucket == horizonBucket {
+		// An answer to askHorizons: its horizon is all it says (its other
+		// news, recovering say, may be old by now: the catch-up asks
+		// again).
+		a.learnHorizon(resp.Horizon)
+		a.horizonAsk = slices.DeleteFunc(a.horizonAsk, func(v NodeID) bool { return v == resp.From })
 		return
 	}
 	if a.state != CatchingUp || resp.Config != a.m.ID {

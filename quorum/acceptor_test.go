@@ -514,9 +514,62 @@ func TestAcceptorQuarantinedAnswersNoVote(t *testing.T) {
 	}
 }
 
+// A restarted acceptor learns the other voters' lease horizons at its
+// start, not only once its quarantine is over: the voter that knows a
+// lease longer than this life's MaxTTL may restart itself meanwhile and
+// forget it (soak seed 706611 with 3 voters: n1 restarted under a lowered
+// TTL, n2 that had accepted its 1 s lease with it restarted 220 ms later,
+// and n1 voted 250 ms after its start while the lease ran on).
+func TestAcceptorQuarantinedLearnsHorizonsAtItsStart(t *testing.T) {
+	f := newAccFixture(t)
+	start := f.clock.Now()
+	long := 40 * accQuarantine
+	asked := map[NodeID]bool{}
+	for _, r := range f.a.Ready().CatchUps {
+		asked[r.To] = true
+		if r.To == "b" { // b knows the longer lease; c does not answer
+			f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: "b", To: "a", Status: StatusOK, Bucket: r.Bucket, Horizon: long})
+		}
+	}
+	if !asked["b"] || !asked["c"] {
+		t.Fatalf("asked %v at its start, want b and c", asked)
+	}
+	// c is asked again, b not.
+	f.clock.advance(accRetry)
+	f.a.Tick()
+	var again []NodeID
+	for _, r := range f.a.Ready().CatchUps {
+		again = append(again, r.To)
+	}
+	if !slices.Equal(again, []NodeID{"c"}) {
+		t.Errorf("asked %v again after the retry interval, want [c]", again)
+	}
+	// b restarts and forgets; the catch-up after the quarantine hears
+	// nothing longer, and the acceptor still waits for b's lease.
+	f.clock.advance(accQuarantine)
+	f.a.Tick()
+	for _, r := range f.a.Ready().CatchUps {
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: r.To, To: "a", Status: StatusOK, Bucket: r.Bucket})
+	}
+	if got := f.a.Recovery().LiveFrom; got < start+long {
+		t.Errorf("may vote from %v, before the %v lease b reported at its start could end (%v)", got, long, start+long)
+	}
+	if f.a.State() == Live {
+		t.Errorf("live %v after its start, within the %v lease b reported", f.clock.Now()-start, long)
+	}
+}
+
 func TestAcceptorQuarantineEndsOnItsOwnClock(t *testing.T) {
 	f := newAccFixture(t)
 	start := f.clock.Now()
+	// Quarantined, it asks only for the others' lease horizons (no
+	// bucket); once both answered, its next tick is the quarantine's end.
+	for _, r := range f.a.Ready().CatchUps {
+		if r.Buckets != 0 || r.Bucket != horizonBucket {
+			t.Fatalf("asked for registers during quarantine: %+v", r)
+		}
+		f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: r.To, To: "a", Status: StatusOK, Bucket: r.Bucket})
+	}
 	if at, ok := f.a.NextTick(); !ok || at != start+accQuarantine {
 		t.Fatalf("NextTick = %v %v, want %v", at, ok, start+accQuarantine)
 	}
@@ -526,7 +579,7 @@ func TestAcceptorQuarantineEndsOnItsOwnClock(t *testing.T) {
 		t.Fatalf("state %v a nanosecond before the quarantine ends", f.a.State())
 	}
 	if rd := f.a.Ready(); len(rd.CatchUps) != 0 {
-		t.Fatalf("asked for catch-up during quarantine: %v", rd.CatchUps)
+		t.Fatalf("asked again during quarantine, all having answered: %v", rd.CatchUps)
 	}
 	f.clock.advance(time.Nanosecond)
 	f.a.Tick()

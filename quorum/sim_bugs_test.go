@@ -313,27 +313,37 @@ func TestCheckerCatchesShortQuarantine(t *testing.T) {
 // refuse them; sent to n2 as well, they put n3's grant there above n4's,
 // and a read from n0 and n2 takes it for the register's value: the
 // register goes back to an older token while n4 holds the key.
+//
+// The read must meet n2's stale grant before anything else writes k0, which
+// depends on the network's delays: about one seed in three does (5 of seeds
+// 1-16, another 5 once restarted voters sent one more message each), so the
+// scenario runs on 16 seeds, must be caught on one, and must pass on all
+// without the bug.
 func TestCheckerCatchesFastPathToAnyVoter(t *testing.T) {
-	for _, bug := range []string{"", "fast-path-any-voter"} {
-		s := fastPathAfterMajorityLoss(t, bug)
-		caught := len(s.fail) > 0 && slices.ContainsFunc([]string{"I1", "I2", "I8"}, func(w string) bool {
-			return strings.HasPrefix(violation(s.fail[0]), w)
-		})
-		switch {
-		case bug == "" && len(s.fail) > 0:
-			t.Errorf("%s", failureReport(s))
-		case bug != "" && !caught:
-			t.Errorf("bug %q: the scenario broke no rule the checkers see (%v)", bug, s.fail)
-		case bug != "":
-			t.Logf("bug %q caught: %s", bug, firstLine(s.fail[0]))
+	caught := 0
+	for seed := int64(1); seed <= 16; seed++ {
+		for _, bug := range []string{"", "fast-path-any-voter"} {
+			s := fastPathAfterMajorityLoss(t, bug, seed)
+			switch {
+			case bug == "" && len(s.fail) > 0:
+				t.Errorf("seed %d: %s", seed, failureReport(s))
+			case bug != "" && len(s.fail) > 0 && slices.ContainsFunc([]string{"I1", "I2", "I8"}, func(w string) bool {
+				return strings.HasPrefix(violation(s.fail[0]), w)
+			}):
+				caught++
+				t.Logf("bug %q caught at seed %d: %s", bug, seed, firstLine(s.fail[0]))
+			}
 		}
+	}
+	if caught == 0 {
+		t.Errorf("bug %q: the scenario broke no rule the checkers see on any of 16 seeds", "fast-path-any-voter")
 	}
 }
 
 // fastPathAfterMajorityLoss runs the scenario of TestCheckerCatchesFastPathToAnyVoter.
-func fastPathAfterMajorityLoss(t *testing.T, bug string) *sim {
+func fastPathAfterMajorityLoss(t *testing.T, bug string, seed int64) *sim {
 	t.Helper()
-	cfg := faultFree(1, 3, 3, 1, 1)
+	cfg := faultFree(seed, 3, 3, 1, 1)
 	cfg.Bug = bug
 	cfg.Disks, cfg.WallBack = false, false
 	cfg.skipI5 = bug != ""
