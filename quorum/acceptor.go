@@ -201,7 +201,7 @@ type Acceptor struct {
 	liveFrom time.Duration
 	// horizonAsk is what a quarantined acceptor asks the other voters at
 	// its start, and again every RetryInterval until each answered: their
-	// lease horizons only (a catch-up request of no bucket). A voter that
+	// lease horizons only (a catch-up request of bucket horizonBucket). A voter that
 	// knows a longer lease may restart itself before this one's quarantine
 	// ends, and then nobody would tell it (soak seed 706611 with 3 voters).
 	horizonAsk   []NodeID
