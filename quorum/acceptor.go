@@ -257,6 +257,7 @@ type acceptorFaults struct {
 	ignoreBallotMark   bool // a restart from disk forgets its ballot mark
 	forgetConfig       bool // a restart from disk forgets the configuration it kept
 	ignoreReserved     bool // a restart from disk forgets its epoch mark
+	keepCopies         bool // going live after a majority loss, keep copies at the ballots they were accepted at
 }
 
 // AcceptorStats counts what an acceptor did.

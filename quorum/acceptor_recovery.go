@@ -394,9 +394,11 @@ func (a *Acceptor) maybeGoLive() {
 	switch {
 	case a.restored && a.restartedMajority(a.m.Voters):
 		a.noteRestartedWith()
+		a.demoteCopies()
 	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp):
 	case enough(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
 		a.noteRestartedWith()
+		a.demoteCopies()
 		// A majority of the voters before the pending change restarted
 		// with this one: what a majority of them alone held is lost
 		// (every lease they accepted has ended, and their marks keep
@@ -410,10 +412,44 @@ func (a *Acceptor) maybeGoLive() {
 		// with it, from taking itself for the mesh: a current voter
 		// among them tells them the newer configuration instead.)
 		a.floorOnly = true
+		a.demoteCopies()
 	default:
 		return
 	}
 	a.goLive()
+}
+
+// demoteCopies marks what an acceptor that goes live without a full
+// catch-up learned in it as copies, not as accepted: each register keeps
+// its value (and its lease timer) at the lowest ballot this acceptor alone
+// may claim, below every real one and equal to no other voter's.
+//
+// A majority lost its registers, and what it holds now it copied from the
+// voters that answered, which need not meet every majority: a value chosen
+// before the loss may live only at a voter it did not hear from, and what
+// it copied may be older. Left at the ballot it was accepted at, the same
+// stale value copied into a majority of restarted voters looks chosen (a
+// majority reports one ballot), and a read concludes it without writing
+// it: a later round that reaches the voter holding the newer value, at a
+// higher ballot, finds that one again, and the register goes back and
+// forth with no write between (soak seed 708342). As copies, no two voters
+// agree on them: a round that builds on one writes it first, at a ballot
+// above every one the restarted voters promised (their ballot marks), so
+// that the value it returns is the register's from then on. A value
+// accepted at a real ballot anywhere still outranks every copy.
+//
+// The configuration register is not a copy: it came from this acceptor's
+// own disk, and the rules of voter changes read its ballot.
+func (a *Acceptor) demoteCopies() {
+	if a.faults.keepCopies {
+		return
+	}
+	copied := Ballot{Incarnation: a.cfg.Incarnation, Node: a.cfg.ID}
+	for key, r := range a.regs {
+		if key != ConfigKey && !r.accepted.IsZero() {
+			r.accepted = copied
+		}
+	}
 }
 
 // goLive makes the acceptor vote, once what its disk must say is saved.
