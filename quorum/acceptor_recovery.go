@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -421,8 +422,8 @@ func (a *Acceptor) maybeGoLive() {
 
 // demoteCopies marks what an acceptor that goes live without a full
 // catch-up learned in it as copies, not as accepted: each register keeps
-// its value (and its lease timer) at the lowest ballot this acceptor alone
-// may claim, below every real one and equal to no other voter's.
+// its value (and its lease timer) at copyBallot of the ballot it was
+// accepted at, which no other voter's register can hold.
 //
 // A majority lost its registers, and what it holds now it copied from the
 // voters that answered, which need not meet every majority: a value chosen
@@ -435,8 +436,7 @@ func (a *Acceptor) maybeGoLive() {
 // forth with no write between (soak seed 708342). As copies, no two voters
 // agree on them: a round that builds on one writes it first, at a ballot
 // above every one the restarted voters promised (their ballot marks), so
-// that the value it returns is the register's from then on. A value
-// accepted at a real ballot anywhere still outranks every copy.
+// that the value it returns is the register's from then on.
 //
 // The configuration register is not a copy: it came from this acceptor's
 // own disk, and the rules of voter changes read its ballot.
@@ -444,12 +444,26 @@ func (a *Acceptor) demoteCopies() {
 	if a.faults.keepCopies {
 		return
 	}
-	copied := Ballot{Incarnation: a.cfg.Incarnation, Node: a.cfg.ID}
 	for key, r := range a.regs {
 		if key != ConfigKey && !r.accepted.IsZero() {
-			r.accepted = copied
+			r.accepted = a.copyBallot(r.accepted)
 		}
 	}
+}
+
+// copyBallot is the ballot this acceptor holds a copy of a value accepted
+// at b at: just below b, above every real ballot below b's counter, and
+// this acceptor's own (no proposer uses incarnation MaxUint64, and no
+// other voter names this one). Copies keep the order of the ballots they
+// copy among themselves and against every real ballot but b's counter's.
+// (Real counters start at 1; a copy of a copy at counter 0 stays there,
+// below every real ballot.)
+func (a *Acceptor) copyBallot(b Ballot) Ballot {
+	c := b.Counter
+	if c > 0 {
+		c--
+	}
+	return Ballot{Counter: c, Incarnation: math.MaxUint64, Node: a.cfg.ID}
 }
 
 // goLive makes the acceptor vote, once what its disk must say is saved.

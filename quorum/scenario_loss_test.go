@@ -97,3 +97,30 @@ func readsAcrossCopies(t *testing.T, keepCopies bool) (r1, r2 OpResult) {
 	r2 = read("p3") // at b, d and e
 	return r1, r2
 }
+
+// TestCopyBallotKeepsOrderAndNeverAgrees checks the ballots copies are held
+// at: below the ballot copied, above every real ballot of a lower counter,
+// never equal between two voters, and never above every real ballot.
+func TestCopyBallotKeepsOrderAndNeverAgrees(t *testing.T) {
+	acc := func(id NodeID) *Acceptor { return &Acceptor{cfg: AcceptorConfig{ID: id}} }
+	c, d := acc("c"), acc("d")
+	b := Ballot{Counter: 7, Incarnation: 3, Node: "n2"}
+	cb, db := c.copyBallot(b), d.copyBallot(b)
+	if cb == db {
+		t.Errorf("c and d hold copies of %v at one ballot, %v: a majority of copies would look chosen", b, cb)
+	}
+	for _, x := range []Ballot{cb, db} {
+		if !x.Less(b) {
+			t.Errorf("copy %v of %v is not below it", x, b)
+		}
+		if below := (Ballot{Counter: 6, Incarnation: 1 << 40, Node: "zz"}); !below.Less(x) {
+			t.Errorf("copy %v of %v is not above %v, a real ballot of a lower counter", x, b, below)
+		}
+	}
+	// Copies of copies: counters never wrap around to the top.
+	low := Ballot{Counter: 1, Incarnation: 1, Node: "n1"}
+	cc := d.copyBallot(c.copyBallot(low))
+	if !cc.Less(low) || cc.Counter != 0 {
+		t.Errorf("a copy of a copy of %v is %v: want counter 0, below every real ballot", low, cc)
+	}
+}
