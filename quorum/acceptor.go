@@ -258,6 +258,7 @@ type acceptorFaults struct {
 	forgetConfig       bool // a restart from disk forgets the configuration it kept
 	ignoreReserved     bool // a restart from disk forgets its epoch mark
 	keepCopies         bool // going live after a majority loss, keep copies at the ballots they were accepted at
+	ignoreLostWith     bool // a full restart counts only voters still recovering, not those that went live on its word
 }
 
 // AcceptorStats counts what an acceptor did.

@@ -50,7 +50,10 @@ type peerCatchUp struct {
 	answered       bool   // it answered (newer says what it accepted)
 	// lost: it said, since this acceptor started, that it was recovering
 	// from its disk: its registers are gone, even if it votes again now.
-	lost        bool
+	lost bool
+	// lostWith: it said it went live on this acceptor's word, this
+	// incarnation's, after both had lost their registers (LostWith).
+	lostWith    bool
 	newerBallot *Ballot // with newer: the ballot it was accepted at
 }
 
@@ -227,6 +230,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	p.fresh, p.newer, p.newerBallot, p.inc = resp.Fresh, resp.NewerConfig, nil, resp.Inc
 	p.answered = true
 	p.lost = p.lost || resp.LostWith
+	p.lostWith = p.lostWith || resp.LostWith
 	if resp.NewerConfig != 0 && resp.NewerBallot != nil && resp.NewerMembers != nil &&
 		resp.NewerMembers.Version() == resp.NewerConfig && resp.NewerMembers.Validate() == nil {
 		b := *resp.NewerBallot
@@ -385,10 +389,15 @@ func (a *Acceptor) maybeGoLive() {
 	recovering, answered := 1, 1 // this acceptor is recovering too
 	for _, p := range a.catchUp.peers {
 		switch {
-		case p.done:
-			answered++
-		case p.recovering:
+		case p.recovering || (p.lostWith && p.done && !a.faults.ignoreLostWith):
+			// A voter that concluded the full restart on this one's word
+			// and votes by now lost its registers with it all the same;
+			// what it accepted since, this acceptor has merged (done), and
+			// what the others did, it merges from them: every voter
+			// answered.
 			recovering++
+			answered++
+		case p.done:
 			answered++
 		}
 	}
@@ -413,6 +422,7 @@ func (a *Acceptor) maybeGoLive() {
 		// with it, from taking itself for the mesh: a current voter
 		// among them tells them the newer configuration instead.)
 		a.floorOnly = true
+		a.noteRecoveringWith()
 		a.demoteCopies()
 	default:
 		return
@@ -578,6 +588,24 @@ func (a *Acceptor) noteRestartedWith() {
 	a.restartedWith = make(map[NodeID]uint64)
 	for _, p := range a.catchUp.peers {
 		if p.lost && p.inc != 0 {
+			a.restartedWith[p.id] = p.inc
+		}
+	}
+}
+
+// noteRecoveringWith records, as the acceptor concludes a full restart,
+// the voters that were recovering with it (or had concluded it on its
+// word): each of them, asking later, may count this one as recovering too.
+// Without it the first of two voters to conclude the restart votes, and
+// the second, which never heard it say "recovering", can never conclude
+// it: with a newer configuration accepted by both and adopted by neither
+// (a change's last write, at two ballots) no other way to go live is open,
+// and the configuration's only majority never votes again (soak seed
+// 782120 with 3 voters).
+func (a *Acceptor) noteRecoveringWith() {
+	a.restartedWith = make(map[NodeID]uint64)
+	for _, p := range a.catchUp.peers {
+		if (p.recovering || p.lost || p.lostWith) && p.inc != 0 {
 			a.restartedWith[p.id] = p.inc
 		}
 	}

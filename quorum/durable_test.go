@@ -238,3 +238,61 @@ func TestDurableSavesOncePerBlock(t *testing.T) {
 
 // testWallBaseEpoch is an epoch as the wall-clock floor makes them.
 const testWallBaseEpoch = uint64(testWallBase)
+
+// A full restart of both voters of a change's configuration (a pending
+// [a b] from [a]), after each accepted the change's last write (the same
+// configuration, at two ballots of its proposer's retries) and before
+// either adopted it. b hears a say it is recovering and concludes the full
+// restart first; a never hears b say so, only b's registers once b votes.
+// a must conclude the restart too, on b's word that it went live on a's
+// (LostWith): nothing else lets a vote (the newer configuration may have
+// been chosen, and the only voter before the change is a itself), and
+// without a the configuration has no majority (soak seed 782120 with 3
+// voters: the mesh never recovered). With the rule broken a waits for good.
+func TestDurableFullRestartConcludedOnAPeersWord(t *testing.T) {
+	for _, broken := range []bool{false, true} {
+		old := NewMembership(ClusterID([]NodeID{"a"}), "a")
+		m := old.Next([]NodeID{"a", "b"}, true, 0)
+		last := m.Next([]NodeID{"a", "b"}, false, 0)
+		clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
+		start := func(id NodeID, inc uint64, accepted Ballot) *Acceptor {
+			c := last.clone()
+			st := Durable{Voted: true, Horizon: accMaxTTL, Reserved: 500, Ballots: 90, Membership: m.clone(),
+				Config: DurableRegister{Promise: accepted, Accepted: accepted, Value: Value{Config: &c}}}
+			cfg := newAccConfig(id, m, clock)
+			cfg.Incarnation, cfg.Disk, cfg.Durable = inc, &memDisk{saved: &st}, &st
+			a, err := NewAcceptor(cfg)
+			if err != nil {
+				t.Fatalf("NewAcceptor(%s): %v", id, err)
+			}
+			a.faults.ignoreLostWith = broken
+			return a
+		}
+		a := start("a", 21, Ballot{Counter: 43, Incarnation: 6, Node: "p"})
+		b := start("b", 22, Ballot{Counter: 41, Incarnation: 6, Node: "p"})
+		clock.advance(accQuarantine)
+		a.Tick()
+		b.Tick()
+		// b's questions reach a; a's are lost.
+		for _, req := range b.Ready().CatchUps {
+			b.HandleCatchUpResponse(a.HandleCatchUp(&req))
+		}
+		a.Ready()
+		if b.State() != Live || !b.FloorOnly() {
+			t.Fatalf("b, every voter recovering: %v (floor only %v), want live on the floor", b.State(), b.FloorOnly())
+		}
+		for i := 0; i < 10 && a.State() != Live; i++ {
+			clock.advance(accRetry)
+			a.Tick()
+			for _, req := range a.Ready().CatchUps {
+				a.HandleCatchUpResponse(b.HandleCatchUp(&req))
+			}
+		}
+		switch {
+		case !broken && a.State() != Live:
+			t.Errorf("a is %v after b concluded the restart on its word; want live (waiting %+v)", a.State(), a.Recovery())
+		case broken && a.State() == Live:
+			t.Errorf("with LostWith ignored a went live all the same: the scenario no longer needs the rule")
+		}
+	}
+}

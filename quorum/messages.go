@@ -305,10 +305,11 @@ type CatchUpResponse struct {
 	// voters that wait to catch up in the configuration it replaced.
 	NewerBallot  *Ballot     `codec:"nb,omitempty"`
 	NewerMembers *Membership `codec:"nm,omitempty"`
-	// LostWith: the responder restarted from its disk and went live on
-	// the word of voters that had lost their registers too, the asker (in
-	// this incarnation) among them. It holds nothing from before the
-	// asker's restart, so the asker may count it as restarted with it.
+	// LostWith: the responder restarted (from its disk, or concluding a
+	// full restart) and went live on the word of voters that had lost
+	// their registers too, the asker (in this incarnation) among them. It
+	// holds nothing from before the asker's restart, so the asker may count
+	// it as restarted with it.
 	LostWith bool `codec:"lw,omitempty"`
 }
 
