@@ -355,6 +355,7 @@ type proposerFaults struct {
 	aliveMajority           func() []NodeID // take a majority of these instead of the configuration
 	noEpochFloor            bool            // next epoch = highest seen + 1, without the wall-clock floor
 	skipMigration           bool            // settle a voter change without moving the keys into it
+	configWithoutFloors     bool            // write configurations without the epoch floors the voters reported
 	perKeyBallots           bool            // count ballots per key only, from 1 again after forgetting a key
 	anyTimerLocks           bool            // take any live timer of a grant not behind base for a lock, seen at one voter or more
 	fastAnyVoter            bool            // send fast-path accepts to voters that did not promise the ballot

@@ -127,14 +127,34 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		if base.Config != nil {
 			cur = *base.Config
 		}
+		same := sameButFloor(cur, *x.cfgWrite)
+		if p.faults.configWithoutFloors {
+			same = cur.Equal(*x.cfgWrite) // the rule before floors were carried
+		}
 		switch {
-		case cur.Equal(*x.cfgWrite):
+		case same:
 			// An earlier round of this very write got there: write it
-			// back, so that it is chosen before it is reported.
+			// back, so that it is chosen before it is reported (and
+			// adopted as written, whatever floor that round gave it).
+			*x.cfgWrite = cur.clone()
 			return base, OpResult{}, true
 		case cur.ID != x.cfgExpect:
 			// Someone else changed the configuration first.
 			return Value{}, OpResult{Outcome: Locked}, false
+		}
+		if !p.faults.configWithoutFloors {
+			// The configuration carries the highest epoch the voters that
+			// answered reported (each at least its acceptor's floor, which
+			// after a restart from disk is its epoch mark): a voter that
+			// lost its registers knows the epochs it accepted only by its
+			// mark, and the voters of a later configuration may not
+			// include it (soak seed 816052 with 3 voters: the grant of
+			// epoch E lived only at two voters that restarted together;
+			// the voter left alone by the next two changes granted E
+			// again).
+			for i := range replies {
+				x.cfgWrite.EpochFloor = max(x.cfgWrite.EpochFloor, replies[i].res.MaxEpoch)
+			}
 		}
 		w := x.cfgWrite.clone()
 		return Value{Config: &w}, OpResult{}, true
@@ -289,4 +309,12 @@ func (p *Proposer) nextEpoch(maxSeen uint64) uint64 {
 		e = uint64(w)
 	}
 	return e
+}
+
+// sameButFloor reports whether a and b are one configuration, perhaps with
+// different epoch floors: two rounds of one write, each raising the floor
+// to what its voters reported (see change, kindConfig).
+func sameButFloor(a, b Membership) bool {
+	a.EpochFloor = b.EpochFloor
+	return a.Equal(b)
 }

@@ -294,3 +294,34 @@ func restartAfterUnpushedChange(t *testing.T, where, bug string) (*sim, []string
 	s.run()
 	return s, votes
 }
+
+// A configuration write carries the highest epoch the voters that answered
+// its prepare reported (proposer_change.go, kindConfig). Soak seed 816052
+// with 3 voters: k2's grant of epoch E lived only at n1 and n2, which
+// restarted together (n2 from its disk, its epoch mark above E) while the
+// change removing n1 was pending; the next change left n4 the only voter,
+// and n4, which had never heard of E, granted it again. With the floors,
+// the settling write of the first change carries n2's mark into the
+// configuration every later one copies. The run is the soak's, replayed:
+// with the rule broken (no floors, and a write that finds its own
+// configuration with another floor taken for someone else's, as before)
+// it must break I2 or I3, and with the rule nothing. The seed's path
+// changes with either half of the rule, so the run shows the rule as a
+// whole; the floors' own effect is that every configuration after the
+// restart carries n2's mark. (Random runs reach it about once in 50,000.)
+func TestCheckerCatchesConfigWithoutFloors(t *testing.T) {
+	for _, bug := range []string{"", "config-without-floors"} {
+		cfg := defaultSimConfig(816052, 3)
+		cfg.Bug = bug
+		s := newSim(cfg)
+		s.run()
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("seed 816052, 3 voters: %s", failureReport(s))
+		case bug != "" && len(s.fail) == 0:
+			t.Errorf("bug %q: seed 816052 broke nothing; the run no longer reaches the state it was kept for", bug)
+		case bug != "" && !strings.HasPrefix(violation(s.fail[0]), "I2") && !strings.HasPrefix(violation(s.fail[0]), "I3"):
+			t.Errorf("bug %q: seed 816052 broke another rule first: %s", bug, firstLine(s.fail[0]))
+		}
+	}
+}

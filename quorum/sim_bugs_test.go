@@ -56,6 +56,9 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// No run is known in which it breaks an invariant (see
 		// TestProposerAdoptingAConfigurationDropsFastPaths).
 		f.prop.keepFastOnAdopt = true
+	case "config-without-floors":
+		// Caught by a seeded run (TestCheckerCatchesConfigWithoutFloors).
+		f.prop.configWithoutFloors = true
 	case "migrate-full-ttl":
 		f.prop.migrateFullTTL = true
 	case "forget-held":
