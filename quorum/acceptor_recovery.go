@@ -403,11 +403,11 @@ func (a *Acceptor) maybeGoLive() {
 	}
 	switch {
 	case a.restored && a.restartedMajority(a.m.Voters):
-		a.noteRestartedWith()
+		a.noteRestartedWith(false)
 		a.demoteCopies()
 	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp):
 	case enough(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
-		a.noteRestartedWith()
+		a.noteRestartedWith(false)
 		a.demoteCopies()
 		// A majority of the voters before the pending change restarted
 		// with this one: what a majority of them alone held is lost
@@ -422,7 +422,7 @@ func (a *Acceptor) maybeGoLive() {
 		// with it, from taking itself for the mesh: a current voter
 		// among them tells them the newer configuration instead.)
 		a.floorOnly = true
-		a.noteRecoveringWith()
+		a.noteRestartedWith(true)
 		a.demoteCopies()
 	default:
 		return
@@ -581,31 +581,22 @@ func (a *Acceptor) Recovery() Recovery {
 	return r
 }
 
-// noteRestartedWith records, as the acceptor goes live on restarted voters'
-// word, which voters (in which incarnation) it counted: those that ask it
-// later may count it in turn (CatchUpResponse.LostWith).
-func (a *Acceptor) noteRestartedWith() {
-	a.restartedWith = make(map[NodeID]uint64)
-	for _, p := range a.catchUp.peers {
-		if p.lost && p.inc != 0 {
-			a.restartedWith[p.id] = p.inc
-		}
-	}
-}
-
-// noteRecoveringWith records, as the acceptor concludes a full restart,
-// the voters that were recovering with it (or had concluded it on its
-// word): each of them, asking later, may count this one as recovering too.
-// Without it the first of two voters to conclude the restart votes, and
-// the second, which never heard it say "recovering", can never conclude
-// it: with a newer configuration accepted by both and adopted by neither
-// (a change's last write, at two ballots) no other way to go live is open,
+// noteRestartedWith records, as the acceptor goes live on the word of
+// voters that lost their registers with it, which voters (in which
+// incarnation) it counted: those that ask it later may count it in turn
+// (CatchUpResponse.LostWith). After a restart from disk those are the
+// voters that said so from theirs (lost); concluding a full restart
+// (recovering too), those still recovering as well. Without the second,
+// the first of two voters to conclude a full restart votes, and the
+// second, which never heard it say "recovering", can never conclude it:
+// with a newer configuration accepted by both and adopted by neither (a
+// change's last write, at two ballots) no other way to go live is open,
 // and the configuration's only majority never votes again (soak seed
 // 782120 with 3 voters).
-func (a *Acceptor) noteRecoveringWith() {
+func (a *Acceptor) noteRestartedWith(recovering bool) {
 	a.restartedWith = make(map[NodeID]uint64)
 	for _, p := range a.catchUp.peers {
-		if (p.recovering || p.lost || p.lostWith) && p.inc != 0 {
+		if (p.lost || (recovering && p.recovering)) && p.inc != 0 {
 			a.restartedWith[p.id] = p.inc
 		}
 	}
