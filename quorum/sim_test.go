@@ -20,10 +20,25 @@ var (
 	simVoters = flag.Int("sim.voters", 3, "voters of the replayed run")
 	simBug    = flag.String("sim.bug", "", "rule broken in the replayed run")
 	simTrace  = flag.String("sim.trace", "", "write the replayed run's whole trace to this file")
-	simSeeds  = flag.Int("sim.seeds", 0, "seeds in TestSimulation, each run with 3, 5 and 7 voters (default 340; 34 under -race; 20 with -short)")
+	simSeeds  = flag.Int("sim.seeds", 0, "seeds in TestSimulation, each run with 3, 5 and 7 voters unless -sim.sizes says otherwise (default 340; 34 under -race; 20 with -short)")
 	simFirst  = flag.Int64("sim.first", 1, "first seed of TestSimulation: shards of a long soak start at different seeds")
 	simCheck  = flag.Duration("sim.checktimeout", 0, "how long porcupine may take over one key's history before the run fails (default 20s; 60s in a soak)")
+	simSizes  = flag.String("sim.sizes", "3,5,7", "voter counts TestSimulation runs each seed with")
+	simStride = flag.Int64("sim.stride", 1, "step between TestSimulation's seeds: 2 from an even -sim.first runs only the seeds that change voters")
 )
+
+// voterSizes parses -sim.sizes.
+func voterSizes(t *testing.T) []int {
+	var sizes []int
+	for _, f := range strings.Split(*simSizes, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 || v > 9 {
+			t.Fatalf("-sim.sizes=%q: want voter counts from 1 to 9, comma-separated", *simSizes)
+		}
+		sizes = append(sizes, v)
+	}
+	return sizes
+}
 
 // checkTimeout is how long the linearizability check of one key's history
 // may take; a check that does not finish fails the run. A soak runs far
@@ -61,7 +76,9 @@ func defaultSeeds() int {
 //
 // LOCKMESH_SOAK=30m turns it into a soak: seeds run until the time is up.
 // -sim.first and -sim.seeds shard a long soak over machines (each runs its
-// own range over all its cores).
+// own range over all its cores); -sim.sizes and -sim.stride aim one where
+// bugs were found (-sim.sizes=3 -sim.stride=2 from an even seed: only runs
+// of three voters that change voters).
 func TestSimulation(t *testing.T) {
 	if *simSeed != 0 {
 		t.Skip("replaying one seed: see TestSimulationReplay")
@@ -70,6 +87,11 @@ func TestSimulation(t *testing.T) {
 	// fifth of the time went to the collector at the default).
 	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	seeds := defaultSeeds()
+	sizes := voterSizes(t)
+	stride := *simStride
+	if stride < 1 {
+		t.Fatalf("-sim.stride=%d: want 1 or more", stride)
+	}
 	if *simSeeds > 0 {
 		seeds = *simSeeds
 	}
@@ -129,8 +151,8 @@ func TestSimulation(t *testing.T) {
 		} else if i >= seeds {
 			break
 		}
-		for _, v := range []int{3, 5, 7} {
-			jobs <- job{seed: *simFirst + int64(i), voters: v}
+		for _, v := range sizes {
+			jobs <- job{seed: *simFirst + int64(i)*stride, voters: v}
 		}
 		if soak > 0 && i%100 == 99 {
 			mu.Lock()
