@@ -361,6 +361,7 @@ type proposerFaults struct {
 	fastAnyVoter            bool            // send fast-path accepts to voters that did not promise the ballot
 	listFromOne             bool            // move the keys one old voter lists, not a majority's
 	keepFastOnAdopt         bool            // keep fast paths across adopting a configuration
+	readEmptyEpoch          bool            // a read that wrote back an empty register reports epoch 0
 	migrateFullTTL          bool            // time a moved lease for a full TTL, not what is left of it
 	forgetOnMajority        bool            // forget a key when a majority holds it free, not every voter
 	forgetAny               bool            // forget a key whatever the voters hold

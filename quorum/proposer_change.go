@@ -172,9 +172,16 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 			}
 		}
 		x.readLive = live
+		// What the read reports, now or once its write-back is chosen: the
+		// register's epoch, or the floors' when a majority holds nothing
+		// for the key. (Soak seed 2007368 with 5 voters: the voters had
+		// just forgotten k4, freed at epoch E; a read met them and a voter
+		// holding a rival's grant, so it wrote back the empty register, and
+		// said the key was free at epoch 0.)
+		x.readEpoch = readEpoch(base, replies)
 		if chosen {
 			return Value{}, OpResult{
-				Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, replies),
+				Outcome: ReadDone, Value: base, Live: live, Epoch: x.readEpoch,
 				Holder: base.Holder, HolderInc: base.HolderInc, Accepted: replies[0].res.Accepted,
 			}, false
 		}

@@ -139,6 +139,7 @@ type op struct {
 	wrote       bool // some accept of this operation was sent
 	cancelled   bool
 	readLive    bool            // read: a lease of the value was live at a voter
+	readEpoch   uint64          // read: the epoch it reports if its write-back is chosen
 	contended   bool            // the last round failed on refusals, not silence
 	favoured    bool            // the last round lost while x's own grant led (ownGrantLeads)
 	watched     bool            // some prepare of x asked the voters to watch the key for it
@@ -976,6 +977,9 @@ func (p *Proposer) accepted(x *op) {
 		res.Outcome, res.Value = ReadDone, x.proposed
 		res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
 		res.Live, res.Accepted = x.readLive, x.ballot
+		if !p.faults.readEmptyEpoch {
+			res.Epoch = x.readEpoch
+		}
 		p.finish(x, res)
 	case kindUpdate:
 		p.updated(x, res)

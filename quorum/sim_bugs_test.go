@@ -56,6 +56,10 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// No run is known in which it breaks an invariant (see
 		// TestProposerAdoptingAConfigurationDropsFastPaths).
 		f.prop.keepFastOnAdopt = true
+	case "read-empty-epoch":
+		// Caught by a scripted run (TestScenarioReadWritingBackAForgottenKey)
+		// and by the seed that found it.
+		f.prop.readEmptyEpoch = true
 	case "config-without-floors":
 		// Caught by a seeded run (TestCheckerCatchesConfigWithoutFloors).
 		f.prop.configWithoutFloors = true
@@ -451,3 +455,26 @@ func TestCheckerCatchesForgettingEvictedKeysOnMajority(t *testing.T) {
 
 // smallIdle makes proposers drop idle keys all the time.
 func smallIdle(c *simConfig) { c.Keys, c.MaxIdleKeys = 6, 1 }
+
+// TestCheckerCatchesReadEmptyEpoch: a read that writes back the empty
+// register of a key the voters forgot must report the floors' epoch, not
+// the empty value's 0 (TestScenarioReadWritingBackAForgottenKey stages
+// it). Soak seed 2007368 with 5 voters found it, in a run that changes
+// voters, and is replayed here: with the rule broken the history of k4 is
+// not linearizable (I8), with it nothing breaks.
+func TestCheckerCatchesReadEmptyEpoch(t *testing.T) {
+	for _, bug := range []string{"", "read-empty-epoch"} {
+		cfg := defaultSimConfig(2007368, 5)
+		cfg.Bug = bug
+		s := newSim(cfg)
+		s.run()
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("seed 2007368, 5 voters: %s", failureReport(s))
+		case bug != "" && len(s.fail) == 0:
+			t.Errorf("bug %q: seed 2007368 broke nothing; the run no longer reaches the state it was kept for", bug)
+		case bug != "" && !strings.HasPrefix(violation(s.fail[0]), "I8"):
+			t.Errorf("bug %q: seed 2007368 broke another rule first: %s", bug, firstLine(s.fail[0]))
+		}
+	}
+}
