@@ -137,29 +137,73 @@ type register struct {
 	// a grant this acceptor only learned by a write-back (see Value).
 	until    time.Duration
 	hasTimer bool
-	watchers []NodeID
-	// handedTo is the watcher last told the key is free, and handedUntil
-	// the end of its hand-off grace. Until then the key is reserved for
-	// the nodes that were waiting when it was handed (handedTo and the
-	// first eligible watchers): an acquire of anyone else is refused here
-	// without a promise, so that the releasing node, or a try-acquire,
-	// cannot barge in ahead of the waiters, nor disturb their ballots. Any
-	// of those waiters may take it: other acceptors may have told another
-	// of them first. When the grace ends with the key still free here,
-	// the next watcher is told.
+	// line is the key's line of waiters and its hand-off, nil while
+	// nobody waits and no hand-off runs: most registers never have one,
+	// and a held lease's register lives as long as the lease.
+	line *waitLine
+	// key names the register; usedAt is when it was last used, and older
+	// and newer its neighbours in the acceptor's list of registers by
+	// last use (acceptor_registers.go).
+	key          string
+	usedAt       time.Duration
+	older, newer *register
+}
+
+// waitLine is a key's line of waiting nodes at one acceptor. handedTo is
+// the watcher last told the key is free, and handedUntil the end of its
+// hand-off grace. Until then the key is reserved for the nodes that were
+// waiting when it was handed (handedTo and the first eligible watchers):
+// an acquire of anyone else is refused here without a promise, so that
+// the releasing node, or a try-acquire, cannot barge in ahead of the
+// waiters, nor disturb their ballots. Any of those waiters may take it:
+// other acceptors may have told another of them first. When the grace
+// ends with the key still free here, the next watcher is told.
+type waitLine struct {
+	watchers    []NodeID
 	handedTo    NodeID
 	handedUntil time.Duration
 	eligible    int
-	used        uint64 // the register's current entry in Acceptor.lru
+}
+
+// waiting is the key's line of waiters (nil when nobody waits).
+func (r *register) waiting() []NodeID {
+	if r.line == nil {
+		return nil
+	}
+	return r.line.watchers
+}
+
+// lineOf is r's line of waiters, made if it has none.
+func (r *register) lineOf() *waitLine {
+	if r.line == nil {
+		r.line = &waitLine{}
+	}
+	return r.line
+}
+
+// endHandoff ends the hand-off running at r, if any.
+func (r *register) endHandoff() {
+	if r.line != nil {
+		r.line.handedTo = ""
+		r.tidyLine()
+	}
+}
+
+// tidyLine lets go of r's line once nobody waits and no hand-off runs.
+func (r *register) tidyLine() {
+	if l := r.line; l != nil && len(l.watchers) == 0 && l.handedTo == "" {
+		r.line = nil
+	}
 }
 
 // reservedAgainst reports whether a hand-off running at now keeps the key
 // from id: id was not waiting for it when it was handed.
 func (r *register) reservedAgainst(id NodeID, now time.Duration) bool {
-	if r.handedTo == "" || now >= r.handedUntil || id == r.handedTo {
+	l := r.line
+	if l == nil || l.handedTo == "" || now >= l.handedUntil || id == l.handedTo {
 		return false
 	}
-	return !slices.Contains(r.watchers[:min(r.eligible, len(r.watchers))], id)
+	return !slices.Contains(l.watchers[:min(l.eligible, len(l.watchers))], id)
 }
 
 // remaining is how long the exclusion timer still runs at now.
@@ -231,12 +275,11 @@ type Acceptor struct {
 
 	// Registers by last use, and the floors that stand for the dropped
 	// ones (acceptor_registers.go).
-	lru          []lruEntry
-	lruSeq       uint64
-	sweptAt      time.Duration // when SweepCandidates last looked
-	sweptFew     bool          // and found few registers it could forget
-	promiseFloor Ballot
-	epochFloor   uint64
+	oldest, newest *register
+	sweptAt        time.Duration // when SweepCandidates last looked
+	sweptFew       bool          // and found few registers it could forget
+	promiseFloor   Ballot
+	epochFloor     uint64
 
 	stats  AcceptorStats
 	faults acceptorFaults
@@ -444,7 +487,6 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 			a.stats.Refused++
 		}
 	}
-	a.compactLRU()
 	return resp
 }
 
@@ -613,7 +655,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		// A new grant: its holder waits no more, and the hand-off, if one
 		// ran, is over.
 		a.unwatch(r, v.Holder)
-		r.handedTo = ""
+		r.endHandoff()
 	}
 	r.accepted = op.Ballot
 	r.value = v
@@ -623,7 +665,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	if v.Epoch > r.maxEpoch {
 		r.maxEpoch = v.Epoch
 	}
-	if len(r.watchers) > 0 && !v.Held {
+	if len(r.waiting()) > 0 && !v.Held {
 		a.wake(op.Key, r, now)
 	}
 	// A configuration accepted here is not yet chosen: it takes effect
@@ -703,14 +745,14 @@ func (a *Acceptor) NextTick() (time.Duration, bool) {
 	if len(a.expiries) > 0 {
 		set(a.expiries[0].at)
 	}
-	if a.state == Live && len(a.lru) > 0 {
+	if a.state == Live && a.oldest != nil {
 		// The next sweep (acceptor_registers.go): soon after the last one
 		// when over MaxRegisters (sweepEvery), else when the register idle
 		// longest is due.
 		if len(a.regs) > a.cfg.MaxRegisters {
 			set(a.sweptAt + a.sweepEvery())
 		} else {
-			set(max(a.lru[0].at+a.cfg.RegisterIdle, a.sweptAt+a.cfg.RetryInterval))
+			set(max(a.oldest.usedAt+a.cfg.RegisterIdle, a.sweptAt+a.cfg.RetryInterval))
 		}
 	}
 	return at, ok

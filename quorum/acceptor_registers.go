@@ -51,31 +51,55 @@ import "time"
 // Sweeps are left the keys nobody dropped that way (a release a voter
 // missed, a node that crashed, keys only read).
 
-// lruEntry is an entry of the acceptor's list of registers by last use;
-// seq tells the current entry of a register from stale ones.
-type lruEntry struct {
-	key string
-	seq uint64
-	at  time.Duration
-}
-
 // register returns key's register, making it from the floors if there is
 // none, and notes that it was used now.
 func (a *Acceptor) register(key string) *register {
 	r := a.regs[key]
 	if r == nil {
-		r = &register{promise: a.promiseFloor, maxEpoch: a.epochFloor}
+		r = &register{promise: a.promiseFloor, maxEpoch: a.epochFloor, key: key}
 		a.regs[key] = r
+		a.link(r)
 	}
-	a.touch(key, r)
+	a.touch(r)
 	return r
 }
 
-// touch moves r to the back of the list of registers by last use.
-func (a *Acceptor) touch(key string, r *register) {
-	a.lruSeq++
-	r.used = a.lruSeq
-	a.lru = append(a.lru, lruEntry{key: key, seq: a.lruSeq, at: a.clock.Now()})
+// The registers are in a list by last use, oldest first, linked through the
+// registers themselves: no entry of its own per use, and nothing to compact.
+
+// touch notes that r was used now: it goes to the newest end of the list.
+func (a *Acceptor) touch(r *register) {
+	r.usedAt = a.clock.Now()
+	if a.newest != r {
+		a.unlink(r)
+		a.link(r)
+	}
+}
+
+// link puts r, which is in no list, at the newest end.
+func (a *Acceptor) link(r *register) {
+	r.older, r.newer = a.newest, nil
+	if a.newest != nil {
+		a.newest.newer = r
+	} else {
+		a.oldest = r
+	}
+	a.newest = r
+}
+
+// unlink takes r out of the list.
+func (a *Acceptor) unlink(r *register) {
+	if r.older != nil {
+		r.older.newer = r.newer
+	} else {
+		a.oldest = r.newer
+	}
+	if r.newer != nil {
+		r.newer.older = r.older
+	} else {
+		a.newest = r.older
+	}
+	r.older, r.newer = nil, nil
 }
 
 // droppable reports whether r may be dropped at now: free (or empty), no
@@ -84,8 +108,8 @@ func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
 	if a.faults.dropAny {
 		return key != ConfigKey
 	}
-	return key != ConfigKey && !r.value.Held && len(r.watchers) == 0 &&
-		(r.handedTo == "" || now >= r.handedUntil) && r.remaining(now) == 0
+	return key != ConfigKey && !r.value.Held && (r.line == nil || len(r.line.watchers) == 0 &&
+		(r.line.handedTo == "" || now >= r.line.handedUntil)) && r.remaining(now) == 0
 }
 
 // drop forgets key's register, raising the floors to what it knew.
@@ -93,6 +117,7 @@ func (a *Acceptor) drop(key string, r *register) {
 	a.promiseFloor = maxBallot(a.promiseFloor, maxBallot(r.promise, r.accepted))
 	a.epochFloor = max(a.epochFloor, r.maxEpoch, r.value.Epoch)
 	delete(a.regs, key)
+	a.unlink(r)
 	a.stats.Dropped++
 }
 
@@ -143,23 +168,16 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 	// no quorum", once the leases passed the cap).
 	budget := max(4*n, minSweepLook)
 	a.sweptFew = false
-	for look := min(len(a.lru), budget); look > 0 && len(a.lru) > 0 && len(keys) < n; look-- {
-		e := a.lru[0]
-		r := a.regs[e.key]
-		if r == nil || r.used != e.seq {
-			a.lru = a.lru[1:] // stale: used since, or dropped
-			continue
-		}
-		if len(a.regs) <= a.cfg.MaxRegisters && now-e.at < a.cfg.RegisterIdle {
+	for look := min(len(a.regs), budget); look > 0 && a.oldest != nil && len(keys) < n; look-- {
+		r := a.oldest
+		if len(a.regs) <= a.cfg.MaxRegisters && now-r.usedAt < a.cfg.RegisterIdle {
 			break
 		}
-		a.lru = a.lru[1:]
-		if bucketOf(e.key, uint32(len(a.m.Voters))) == self && a.droppable(e.key, r, now) {
-			keys = append(keys, e.key)
+		if bucketOf(r.key, uint32(len(a.m.Voters))) == self && a.droppable(r.key, r, now) {
+			keys = append(keys, r.key)
 		}
-		a.touch(e.key, r) // looked at again later, forgotten or not
+		a.touch(r) // looked at again later, forgotten or not
 	}
-	a.compactLRU()
 	// A sweep that found few of what it looked for says that what is over
 	// the cap is in use: the next waits a whole retry interval.
 	a.sweptFew = len(keys) < n/4
@@ -178,21 +196,6 @@ func (a *Acceptor) sweepEvery() time.Duration {
 		return a.cfg.RetryInterval / 8
 	}
 	return a.cfg.RetryInterval
-}
-
-// compactLRU drops stale entries once they outnumber the registers.
-func (a *Acceptor) compactLRU() {
-	if len(a.lru) <= 2*len(a.regs)+64 {
-		return
-	}
-	live := a.lru[:0]
-	for _, e := range a.lru {
-		if r := a.regs[e.key]; r != nil && r.used == e.seq {
-			live = append(live, e)
-		}
-	}
-	clear(a.lru[len(live):])
-	a.lru = live
 }
 
 // maxEpoch is the highest epoch r's key may have had anywhere, as this

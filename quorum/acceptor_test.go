@@ -1332,3 +1332,78 @@ func TestAcceptorSweepOverHeldRegistersIsBounded(t *testing.T) {
 		first = a.SweepCandidates(8)
 	}
 }
+
+// The registers are kept in a list by last use, linked through the
+// registers: a sweep over the cap offers the ones used longest ago, a
+// register used again goes to the back, a dropped one leaves the list, and
+// the list always holds exactly the registers there are.
+func TestAcceptorRegistersByLastUse(t *testing.T) {
+	clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
+	m := NewMembership(7, "a", "b", "c")
+	cfg := newAccConfig("a", m, clock)
+	cfg.MaxRegisters, cfg.RegisterIdle = 2, time.Hour
+	a, err := NewAcceptor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := makeLive(&accFixture{t: t, id: "a", a: a, clock: clock, m: m})
+	var keys []string // of a's bucket: a sweep of a offers only those
+	for i := 0; len(keys) < 4; i++ {
+		if k := fmt.Sprintf("k%d", i); bucketOf(k, 3) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys {
+		mustOK(t, "free "+k, f.one("p", Op{Kind: OpAccept, Key: k, Ballot: bal(1, "p"), Inc: accInc, Value: Value{Epoch: uint64(i + 1)}}))
+		f.clock.advance(time.Millisecond)
+	}
+	checkLRU := func(when string) {
+		t.Helper()
+		n := 0
+		var prev *register
+		for r := a.oldest; r != nil; prev, r = r, r.newer {
+			if r.older != prev || a.regs[r.key] != r || (prev != nil && r.usedAt < prev.usedAt) {
+				t.Fatalf("%s: the list is broken at %q", when, r.key)
+			}
+			n++
+		}
+		if a.newest != prev || n != len(a.regs) {
+			t.Fatalf("%s: the list holds %d registers, the acceptor %d", when, n, len(a.regs))
+		}
+	}
+	checkLRU("after the writes")
+	mustOK(t, "prepare "+keys[0], f.one("p", Op{ID: 9, Kind: OpPrepare, Key: keys[0], Ballot: bal(2, "p")})) // used again: to the back
+	f.clock.advance(time.Millisecond)
+	checkLRU("after a prepare")
+	got := a.SweepCandidates(2)
+	if want := keys[1:3]; !slices.Equal(got, want) {
+		t.Fatalf("sweep over the cap offers %v, want the two used longest ago, %v", got, want)
+	}
+	checkLRU("after a sweep")
+	mustOK(t, "forget "+keys[1], f.one("p", Op{Kind: OpForget, Key: keys[1], Ballot: bal(1, "p")}))
+	if a.regs[keys[1]] != nil {
+		t.Fatalf("%s was not dropped", keys[1])
+	}
+	checkLRU("after a drop")
+	f.clock.advance(cfg.RetryInterval)
+	if got, want := a.SweepCandidates(1), keys[3:4]; !slices.Equal(got, want) {
+		t.Fatalf("the next sweep offers %v, want %v (the swept ones went to the back)", got, want)
+	}
+}
+
+// A register keeps a line of waiters only while someone waits or a hand-off
+// runs: a waiter that takes the key leaves nothing behind (a node holding
+// 100,000 leases, each taken by a waiting acquire, kept a line per
+// register before).
+func TestAcceptorLetsGoOfEmptyLines(t *testing.T) {
+	f := makeLive(newAccFixture(t, "a", "b", "c"))
+	b := bal(1, "w")
+	mustOK(t, "waiting prepare", f.one("w", Op{ID: 1, Kind: OpPrepare, Key: "k", Ballot: b, Watch: true, IfFree: true}))
+	if got := f.a.regs["k"].waiting(); !slices.Equal(got, []NodeID{"w"}) {
+		t.Fatalf("after a waiting prepare the line is %v, want [w]", got)
+	}
+	mustOK(t, "grant", f.one("w", Op{ID: 2, Kind: OpAccept, Key: "k", Ballot: b, Inc: accInc, Value: grantTo("w", 1, b)}))
+	if l := f.a.regs["k"].line; l != nil {
+		t.Fatalf("after the waiter's grant the register keeps a line %+v", *l)
+	}
+}

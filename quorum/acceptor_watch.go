@@ -13,9 +13,10 @@ const maxWatchers = 64
 // watch remembers that from waits for key to stop being held, and arranges
 // to notice the expiry of the live lease it waits on.
 func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Duration) {
-	if !slices.Contains(r.watchers, from) && from != r.handedTo && len(r.watchers) < maxWatchers {
-		r.watchers = append(r.watchers, from)
+	if l := r.lineOf(); !slices.Contains(l.watchers, from) && from != l.handedTo && len(l.watchers) < maxWatchers {
+		l.watchers = append(l.watchers, from)
 	}
+	r.tidyLine()
 	// Only a change here wakes the watcher: the expiry of the timer running
 	// now, or the acceptance of a free value. Without a live timer here the
 	// key may still be held (live at other voters); waking the watcher at
@@ -33,13 +34,14 @@ func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Du
 // told. (A waiter told first that then lost a ballot race to another is
 // told again at the next release: it does not lose its turn.)
 func (a *Acceptor) wake(key string, r *register, now time.Duration) {
-	if len(r.watchers) == 0 {
+	l := r.line
+	if l == nil || len(l.watchers) == 0 {
 		return
 	}
-	w := r.watchers[0]
+	w := l.watchers[0]
 	a.notify[w] = append(a.notify[w], notice{key, r.promise.Counter})
-	r.handedTo, r.handedUntil = w, now+a.cfg.HandoffGrace
-	r.eligible = len(r.watchers) // those waiting now may take the key too
+	l.handedTo, l.handedUntil = w, now+a.cfg.HandoffGrace
+	l.eligible = len(l.watchers) // those waiting now may take the key too
 	heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
 }
 
@@ -50,27 +52,28 @@ func (a *Acceptor) expire(now time.Duration) {
 	for len(a.expiries) > 0 && a.expiries[0].at <= now {
 		e := heap.Pop(&a.expiries).(expiry)
 		r := a.regs[e.key]
-		if r == nil || len(r.watchers) == 0 {
+		if r == nil || len(r.waiting()) == 0 {
 			continue
 		}
+		l := r.line
 		if left := r.remaining(now); left > 0 {
 			heap.Push(&a.expiries, expiry{at: now + left, key: e.key})
 			continue
 		}
 		switch {
-		case e.handoff && (r.handedTo == "" || now < r.handedUntil):
+		case e.handoff && (l.handedTo == "" || now < l.handedUntil):
 			// A waiter took the key (a grant ends the hand-off), or a
 			// later hand-off runs with a grace of its own.
 			continue
-		case !e.handoff && r.handedTo != "" && now < r.handedUntil:
+		case !e.handoff && l.handedTo != "" && now < l.handedUntil:
 			// A hand-off is running (several waiters may each have queued
 			// the end of the same lease): its own grace decides what next.
 			continue
-		case r.handedTo != "":
+		case l.handedTo != "":
 			// The waiter told last let its grace pass, the key still free
 			// here: it had its turn.
-			a.unwatch(r, r.handedTo)
-			r.handedTo = ""
+			a.unwatch(r, l.handedTo)
+			r.endHandoff()
 		}
 		a.wake(e.key, r, now)
 	}
@@ -78,12 +81,17 @@ func (a *Acceptor) expire(now time.Duration) {
 
 // unwatch takes id out of r's line of waiters.
 func (a *Acceptor) unwatch(r *register, id NodeID) {
-	if i := slices.Index(r.watchers, id); i >= 0 {
-		r.watchers = slices.Delete(r.watchers, i, i+1)
-		if i < r.eligible {
-			r.eligible--
+	l := r.line
+	if l == nil {
+		return
+	}
+	if i := slices.Index(l.watchers, id); i >= 0 {
+		l.watchers = slices.Delete(l.watchers, i, i+1)
+		if i < l.eligible {
+			l.eligible--
 		}
 	}
+	r.tidyLine()
 }
 
 // handleUnwatch takes a node out of a key's line of waiters: its waiting
@@ -100,8 +108,8 @@ func (a *Acceptor) handleUnwatch(from NodeID, op *Op, now time.Duration) Result 
 		return Result{ID: op.ID, OK: true}
 	}
 	a.unwatch(r, from)
-	if r.handedTo == from {
-		r.handedTo = ""
+	if r.line != nil && r.line.handedTo == from {
+		r.endHandoff()
 		if r.remaining(now) == 0 {
 			a.wake(op.Key, r, now)
 		}

@@ -921,6 +921,12 @@ func (p *Proposer) accepted(x *op) {
 		fp := &ks.fastBuf
 		fp.ballot, fp.base, fp.accepted = x.next, x.proposed, x.ballot
 		fp.incs = fp.incs[:0]
+		if cap(fp.incs) < len(p.m.Voters) {
+			// Room for every voter at once: late acknowledgments join it
+			// (lateFast), and growing it one by one left three arrays
+			// behind per key, the largest held for as long as the key.
+			fp.incs = make(voterIncs, 0, len(p.m.Voters))
+		}
 		for _, r := range x.replies {
 			fp.incs = append(fp.incs, voterInc{r.from, r.inc})
 		}

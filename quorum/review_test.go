@@ -142,7 +142,7 @@ func TestReviewWaiterThatGivesUpLeavesTheLine(t *testing.T) {
 		t.Fatalf("p2's acquire: %v, want locked at its deadline", res.Outcome)
 	}
 	for _, id := range voters3 {
-		if w := c.node(id).acc.regs["k"].watchers; slices.Contains(w, "p2") {
+		if w := c.node(id).acc.regs["k"].waiting(); slices.Contains(w, "p2") {
 			t.Errorf("voter %s still lists p2 as a waiter after its acquire ended: %v", id, w)
 		}
 	}
