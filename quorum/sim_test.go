@@ -20,7 +20,7 @@ var (
 	simVoters = flag.Int("sim.voters", 3, "voters of the replayed run")
 	simBug    = flag.String("sim.bug", "", "rule broken in the replayed run")
 	simTrace  = flag.String("sim.trace", "", "write the replayed run's whole trace to this file")
-	simSeeds  = flag.Int("sim.seeds", 0, "seeds in TestSimulation, each run with 3, 5 and 7 voters unless -sim.sizes says otherwise (default 340; 34 under -race; 20 with -short)")
+	simSeeds  = flag.Int("sim.seeds", 0, "seeds in TestSimulation, each run with 3, 5 and 7 voters unless -sim.sizes says otherwise (default 1000; 34 under -race; 20 with -short)")
 	simFirst  = flag.Int64("sim.first", 1, "first seed of TestSimulation: shards of a long soak start at different seeds")
 	simCheck  = flag.Duration("sim.checktimeout", 0, "how long porcupine may take over one key's history before the run fails (default 20s; 60s in a soak)")
 	simSizes  = flag.String("sim.sizes", "3,5,7", "voter counts TestSimulation runs each seed with")
@@ -55,9 +55,11 @@ func checkTimeout() time.Duration {
 	return 20 * time.Second
 }
 
-// defaultSeeds is how many seeds TestSimulation runs unless told: 340
-// (1,020 runs, about two minutes on two cores), a tenth of it under the
-// race detector (the README's test command; .ci/run runs the full count
+// defaultSeeds is how many seeds TestSimulation runs unless told: 1,000
+// (3,000 runs, two to three minutes on two cores; issue 11 asks CI for at
+// least 1,000 seeds), 34 under the race detector (the README's test
+// command, where the detector has nothing to watch in the one-goroutine
+// simulator and makes it five times slower; .ci/run runs the full count
 // without it), and 20 with -short.
 func defaultSeeds() int {
 	switch {
@@ -66,7 +68,7 @@ func defaultSeeds() int {
 	case raceEnabled:
 		return 34
 	}
-	return 340
+	return 1000
 }
 
 // TestSimulation runs many seeded runs of 3, 5 and 7 voters plus two
