@@ -557,12 +557,13 @@ func (s *sim) gossip(from, to *simNode) {
 		return
 	}
 	m := from.node.Membership()
-	s.send(from, to, func() {
+	adopt := func() {
 		if to.node != nil {
 			to.node.Adopt(m)
 			s.flush(to)
 		}
-	})
+	}
+	s.send(from, to, func() func() { return adopt })
 }
 
 func (s *sim) randomUp(not *simNode) *simNode {
@@ -639,9 +640,13 @@ func (s *sim) flush(n *simNode) {
 			if msg.Kind == MsgNotify && s.cfg.Trace {
 				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To(), msg.Notify.Keys, msg.Notify.Promised)
 			}
-			msg = cloneMessage(msg) // the node's until Advance
 			to := s.node(msg.To())
-			s.send(n, to, func() { s.deliver(to, msg) })
+			s.send(n, to, func() func() {
+				// The node's until Advance, and Step takes what it is
+				// given: every copy that goes out is a copy of its own.
+				c := cloneMessage(msg)
+				return func() { s.deliver(to, c) }
+			})
 		}
 		for _, ev := range rd.Leases {
 			s.check.leaseEvent(n, ev)
@@ -661,14 +666,14 @@ func (s *sim) flush(n *simNode) {
 	s.scheduleTick(n)
 }
 
-// deliver steps a message at its addressee, a copy of its own: Step takes
-// a message's slices, and the same message may arrive twice. A request
-// gets a Ref, as the mesh gives one, for its answer to carry.
+// deliver steps a message at its addressee: a copy of its own (send makes
+// one for each copy that goes out), since Step takes a message's slices and
+// the same message may arrive twice. A request gets a Ref, as the mesh gives
+// one, for its answer to carry.
 func (s *sim) deliver(to *simNode, msg Message) {
 	if to.node == nil {
 		return
 	}
-	msg = cloneMessage(msg)
 	msg.Ref = 0
 	if msg.Kind == MsgRequest || msg.Kind == MsgCatchUp {
 		s.nextRef++
@@ -780,12 +785,14 @@ func (s *sim) node(id NodeID) *simNode {
 	return s.nodes[i]
 }
 
-// send delivers fn at the addressee after a delay, or loses it. A message
-// to a node reaches whatever incarnation of it is up on arrival.
+// send delivers a message at the addressee after a delay, or loses it, or
+// delivers it twice: copyOf makes what one copy does on arrival, called
+// once per copy that goes out (none for a lost message). A message to a
+// node reaches whatever incarnation of it is up on arrival.
 //
 // A message reaches only the incarnations it was sent between, as over a
 // TCP connection: one of a node that restarted meanwhile is lost.
-func (s *sim) send(from, to *simNode, fn func()) {
+func (s *sim) send(from, to *simNode, copyOf func() func()) {
 	s.stats.Messages++
 	fromInc, toInc := from.inc, to.inc
 	copies := 1
@@ -810,6 +817,7 @@ func (s *sim) send(from, to *simNode, fn func()) {
 				d = fixed
 			}
 		}
+		fn := copyOf()
 		s.after(d, func() {
 			if to.up && !s.ended && to.inc == toInc && from.inc == fromInc {
 				fn()
