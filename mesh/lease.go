@@ -25,20 +25,33 @@ type Lease struct {
 	ttl     time.Duration
 	sem     *quorum.Semaphore // the semaphore whose slot this is (AcquireSemaphore)
 
-	// The channels and the context are made when first asked for (a node
-	// may hold 100,000 leases, and renewing them must not cost a channel
-	// each time): nil until then.
 	mu       sync.Mutex
 	deadline time.Time
-	renewed  chan struct{} // closed when the deadline next moves, or the lease ends
-	value    string        // as the holder last wrote it
-	valueSeq uint64        // SetValue calls begun; applied is the latest that took effect
+	value    string // as the holder last wrote it
+	valueSeq uint64 // SetValue calls begun; applied is the latest that took effect
 	applied  uint64
 	err      error
-	done     chan struct{} // closed when the lease ends
-	ctx      context.Context
-	cancel   context.CancelCauseFunc
 	released bool
+	// sig holds the channels and the context, made when first asked for
+	// (a node may hold 100,000 leases, few of them watched, and renewing
+	// them must not cost a channel each time): nil until then.
+	sig *leaseSignals
+}
+
+// leaseSignals are how a Lease tells its watchers what happened.
+type leaseSignals struct {
+	renewed chan struct{} // closed when the deadline next moves, or the lease ends
+	done    chan struct{} // closed when the lease ends
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+}
+
+// signals is l.sig, made if there is none (l.mu held).
+func (l *Lease) signals() *leaseSignals {
+	if l.sig == nil {
+		l.sig = &leaseSignals{}
+	}
+	return l.sig
 }
 
 func newLease(m *Mesh, key string, token uint64, granted, deadline time.Time, value string) *Lease {
@@ -86,19 +99,20 @@ func (l *Lease) Granted() time.Time { return l.granted }
 func (l *Lease) Renewed() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.renewed == nil {
+	sig := l.signals()
+	if sig.renewed == nil {
 		// (Once the lease has ended, nothing closes it: Done says so.)
-		l.renewed = make(chan struct{})
+		sig.renewed = make(chan struct{})
 	}
-	return l.renewed
+	return sig.renewed
 }
 
 // moved closes the channel Renewed handed out, if any; the next call makes
 // a new one (l.mu held).
 func (l *Lease) moved() {
-	if l.renewed != nil {
-		close(l.renewed)
-		l.renewed = nil
+	if l.sig != nil && l.sig.renewed != nil {
+		close(l.sig.renewed)
+		l.sig.renewed = nil
 	}
 }
 
@@ -127,13 +141,14 @@ func (l *Lease) userValue(v string) []byte {
 func (l *Lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done == nil {
-		l.done = make(chan struct{})
+	sig := l.signals()
+	if sig.done == nil {
+		sig.done = make(chan struct{})
 		if l.err != nil {
-			close(l.done)
+			close(sig.done)
 		}
 	}
-	return l.done
+	return sig.done
 }
 
 // Err says why the lease ended (nil while it is held): an error wrapping
@@ -148,13 +163,14 @@ func (l *Lease) Err() error {
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	sig := l.signals()
+	if sig.ctx == nil {
+		sig.ctx, sig.cancel = context.WithCancelCause(context.Background())
 		if l.err != nil {
-			l.cancel(l.err)
+			sig.cancel(l.err)
 		}
 	}
-	return l.ctx
+	return sig.ctx
 }
 
 // end ends the lease with err, once.
@@ -165,12 +181,12 @@ func (l *Lease) end(err error) bool {
 		return false
 	}
 	l.err = err
-	if l.done != nil {
-		close(l.done)
+	if l.sig != nil && l.sig.done != nil {
+		close(l.sig.done)
 	}
 	l.moved()
-	if l.cancel != nil {
-		l.cancel(err)
+	if l.sig != nil && l.sig.cancel != nil {
+		l.sig.cancel(err)
 	}
 	return true
 }

@@ -452,7 +452,7 @@ func (p *Proposer) localAcquire(ks *keyState) *op {
 	if a := ks.active; a != nil && a.kind == kindAcquire {
 		return a
 	}
-	for _, list := range [][]*op{ks.queue, ks.parked} {
+	for _, list := range [][]*op{ks.queued(), ks.parkedOps()} {
 		for _, q := range list {
 			if q.kind == kindAcquire {
 				return q
@@ -803,9 +803,11 @@ func (p *Proposer) finish(x *op, r OpResult) {
 
 // advance starts the next queued operation of a key whose slot is free.
 func (p *Proposer) advance(ks *keyState) {
-	for ks.active == nil && len(ks.queue) > 0 {
-		x := ks.queue[0]
-		ks.queue = ks.queue[1:]
+	for ks.active == nil && len(ks.queued()) > 0 {
+		w := ks.waits
+		x := w.queue[0]
+		w.queue = w.queue[1:]
+		ks.tidyWaits()
 		ks.active = x
 		p.startRound(x)
 	}
@@ -816,7 +818,7 @@ func (p *Proposer) advance(ks *keyState) {
 func (p *Proposer) enqueue(x *op, front bool) {
 	ks := x.ks
 	x.phase = phaseQueued
-	if ks.active == nil && len(ks.queue) == 0 {
+	if ks.active == nil && len(ks.queued()) == 0 {
 		// The slot is free and nothing waits: start x as advance would,
 		// without a queue (a renewal pass would make one per lease).
 		ks.active = x
@@ -824,10 +826,10 @@ func (p *Proposer) enqueue(x *op, front bool) {
 		p.maybeForget(ks)
 		return
 	}
-	if front {
-		ks.queue = slices.Insert(ks.queue, 0, x)
+	if w := ks.waitsOf(); front {
+		w.queue = slices.Insert(w.queue, 0, x)
 	} else {
-		ks.queue = append(ks.queue, x)
+		w.queue = append(w.queue, x)
 	}
 	p.advance(ks)
 }
@@ -836,13 +838,14 @@ func (p *Proposer) enqueue(x *op, front bool) {
 // on key.
 func (p *Proposer) working(key string) bool {
 	ks := p.keys[key]
-	return ks != nil && (ks.active != nil || len(ks.queue) > 0)
+	return ks != nil && (ks.active != nil || len(ks.queued()) > 0)
 }
 
 func (p *Proposer) removeQueued(x *op) {
 	ks := x.ks
-	if i := slices.Index(ks.queue, x); i >= 0 {
-		ks.queue = slices.Delete(ks.queue, i, i+1)
+	if i := slices.Index(ks.queued(), x); i >= 0 {
+		ks.waits.queue = slices.Delete(ks.waits.queue, i, i+1)
+		ks.tidyWaits()
 	}
 	if ks.active == x {
 		ks.active = nil

@@ -200,7 +200,8 @@ func (p *Proposer) park(x *op, res OpResult) {
 	x.lastFailure = Locked
 	x.noFast = true // the next attempt prepares, which registers a watch
 	x.streak = 0    // each turn at the key starts its backoff afresh
-	ks.parked = append(ks.parked, x)
+	w := ks.waitsOf()
+	w.parked = append(w.parked, x)
 	// The remaining time was measured on another node's clock; stretch it
 	// for the worst rate difference, then add a little so that waiters on
 	// many nodes do not all come back at once.
@@ -222,9 +223,10 @@ func (p *Proposer) park(x *op, res OpResult) {
 
 func (p *Proposer) unpark(x *op) {
 	ks := x.ks
-	for i, q := range ks.parked {
+	for i, q := range ks.parkedOps() {
 		if q == x {
-			ks.parked = append(ks.parked[:i], ks.parked[i+1:]...)
+			ks.waits.parked = append(ks.waits.parked[:i], ks.waits.parked[i+1:]...)
+			ks.tidyWaits()
 			return
 		}
 	}
@@ -232,15 +234,17 @@ func (p *Proposer) unpark(x *op) {
 
 // wakeParked retries every operation parked on ks.
 func (p *Proposer) wakeParked(ks *keyState) {
-	if len(ks.parked) == 0 {
+	if len(ks.parkedOps()) == 0 {
 		return
 	}
-	parked := ks.parked
-	ks.parked = nil
+	parked := ks.waits.parked
+	ks.waits.parked = nil
+	ks.tidyWaits()
 	for _, x := range parked {
 		if x.kind == kindCleanup {
 			// Waits for a deadline, not for the key.
-			ks.parked = append(ks.parked, x)
+			w := ks.waitsOf()
+			w.parked = append(w.parked, x)
 			continue
 		}
 		x.timerGen++

@@ -45,10 +45,12 @@ const (
 // keyState is what a proposer keeps for one key.
 type keyState struct {
 	key    string
-	active *op   // the operation that owns the key's slot
-	queue  []*op // operations waiting for the slot
-	parked []*op // acquires waiting for the key to free
-	lease  *heldLease
+	active *op // the operation that owns the key's slot
+	// waits holds the operations waiting for the slot and the acquires
+	// waiting for the key to free; nil while there are none (most keys,
+	// held leases among them, most of the time).
+	waits *keyWaits
+	lease *heldLease
 	// lastDeadline is the latest deadline this node reported for the key
 	// (or the moment it released it). The node never takes the key back
 	// from a grant of its own before then.
@@ -71,7 +73,44 @@ type keyState struct {
 }
 
 func (ks *keyState) unused() bool {
-	return ks.active == nil && len(ks.queue) == 0 && len(ks.parked) == 0 && ks.lease == nil
+	return ks.active == nil && ks.waits == nil && ks.lease == nil
+}
+
+// keyWaits are a key's operations that wait.
+type keyWaits struct {
+	queue  []*op // operations waiting for the slot
+	parked []*op // acquires waiting for the key to free
+}
+
+// queued are the operations waiting for the key's slot.
+func (ks *keyState) queued() []*op {
+	if ks.waits == nil {
+		return nil
+	}
+	return ks.waits.queue
+}
+
+// parkedOps are the acquires (and cleanups) waiting for the key to free.
+func (ks *keyState) parkedOps() []*op {
+	if ks.waits == nil {
+		return nil
+	}
+	return ks.waits.parked
+}
+
+// waitsOf is ks.waits, made if there is none.
+func (ks *keyState) waitsOf() *keyWaits {
+	if ks.waits == nil {
+		ks.waits = &keyWaits{}
+	}
+	return ks.waits
+}
+
+// tidyWaits lets go of ks.waits once nothing waits.
+func (ks *keyState) tidyWaits() {
+	if w := ks.waits; w != nil && len(w.queue) == 0 && len(w.parked) == 0 {
+		ks.waits = nil
+	}
 }
 
 // fastPath is what a proposer knows after its accept at some ballot
@@ -1142,7 +1181,8 @@ func (p *Proposer) spawnCleanup(ks *keyState, at time.Duration, epochs []uint64)
 	x.targets = targets
 	if at > now {
 		x.phase = phaseWaiting
-		ks.parked = append(ks.parked, x)
+		w := ks.waitsOf()
+		w.parked = append(w.parked, x)
 		x.timerGen++
 		p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
 		return
@@ -1159,7 +1199,7 @@ func (p *Proposer) freeing(ks *keyState, e uint64) bool {
 	if frees(ks.active) {
 		return true
 	}
-	for _, list := range [][]*op{ks.queue, ks.parked} {
+	for _, list := range [][]*op{ks.queued(), ks.parkedOps()} {
 		for _, q := range list {
 			if frees(q) {
 				return true
@@ -1173,7 +1213,7 @@ func (p *Proposer) freeing(ks *keyState, e uint64) bool {
 // queued or running on ks.
 func (p *Proposer) releasing(ks *keyState, e uint64) bool {
 	rel := func(q *op) bool { return q != nil && q.phase != phaseDone && q.kind == kindRelease && q.epoch == e }
-	return rel(ks.active) || slices.ContainsFunc(ks.queue, rel) || slices.ContainsFunc(ks.parked, rel)
+	return rel(ks.active) || slices.ContainsFunc(ks.queued(), rel) || slices.ContainsFunc(ks.parkedOps(), rel)
 }
 
 // noDiskVoters lists the voters that refused an operation for want of a
