@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"math/rand"
@@ -216,22 +215,54 @@ type event struct {
 	fn  func()
 }
 
+// eventHeap is the simulator's queue of events, earliest first (ties in
+// the order they were scheduled): a heap of its own rather than
+// container/heap's, which boxes every event it moves in and out.
 type eventHeap []event
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
+func (h eventHeap) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].seq < h[j].seq
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *eventHeap) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *eventHeap) pop() event {
+	q := *h
+	top := q[0]
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = event{} // let the closure go
+	q = q[:last]
+	for i := 0; ; {
+		l, r, least := 2*i+1, 2*i+2, i
+		if l < len(q) && q.less(l, least) {
+			least = l
+		}
+		if r < len(q) && q.less(r, least) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		q[i], q[least] = q[least], q[i]
+		i = least
+	}
+	*h = q
+	return top
 }
 
 // simClock is one node's clock: it runs at its own rate and starts from its
@@ -392,7 +423,7 @@ func newSim(cfg simConfig) *sim {
 
 func (s *sim) at(t time.Duration, fn func()) {
 	s.seq++
-	heap.Push(&s.events, event{at: t, seq: s.seq, fn: fn})
+	s.events.push(event{at: t, seq: s.seq, fn: fn})
 }
 
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
@@ -429,7 +460,7 @@ func (s *sim) run0() {
 	s.at(s.cfg.healAt(), s.heal)
 	s.at(s.cfg.Duration, func() { s.ended = true })
 	for len(s.events) > 0 && !s.ended {
-		e := heap.Pop(&s.events).(event)
+		e := s.events.pop()
 		s.now = e.at
 		e.fn()
 	}
