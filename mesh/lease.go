@@ -390,20 +390,25 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		qo.Deadline = m.clock.Now() + 100*365*24*time.Hour
 	}
 	ch := outcomeChans.Get().(chan outcome)
-	var id quorum.OpID
-	var startErr, heldErr error
+	// What the driver sets, in one variable: the closure shares it with
+	// this goroutine, which costs an allocation per variable shared.
+	var st struct {
+		id                quorum.OpID
+		startErr, heldErr error
+	}
 	m.drive(func(n *quorum.Node) {
 		if l := m.leases[key]; l != nil && !(wait && o.behindOwn) {
 			// An acquire would wait for this node's own lease to end,
 			// which a caller that holds it will never see.
-			heldErr = &LockedError{Key: key, Holder: m.cfg.Name, Token: l.token, ThisNode: true}
+			st.heldErr = &LockedError{Key: key, Holder: m.cfg.Name, Token: l.token, ThisNode: true}
 			return
 		}
-		id, startErr = n.Acquire(key, qo)
-		if startErr == nil {
-			m.waiters[id] = ch
+		st.id, st.startErr = n.Acquire(key, qo)
+		if st.startErr == nil {
+			m.waiters[st.id] = ch
 		}
 	})
+	id, startErr, heldErr := st.id, st.startErr, st.heldErr
 	if heldErr != nil {
 		outcomeChans.Put(ch)
 		return nil, heldErr

@@ -158,33 +158,38 @@ type op struct {
 	started    time.Duration
 	roundStart time.Duration // when the current round began
 
-	phase       phase
-	rid         uint64 // wire id of the round in flight
-	ballot      Ballot
-	phaseAt     time.Duration // when the phase in flight began
-	next        Ballot        // accept: promised next
-	t0          time.Duration
-	timerGen    uint64
-	votes       tally
-	msgs        int // replies counted by message (a test-only fault)
-	replies     []reply
-	proposed    Value
-	attempts    int
-	streak      int  // rounds since the acquire last parked (a duel's length)
-	fast        bool // this round skipped the prepare
-	peek        bool // this round only looks (reads)
-	noFast      bool // the next round must prepare (to register a watch)
-	unknown     bool // an accept of an unfinished round may have landed
-	wrote       bool // some accept of this operation was sent
-	cancelled   bool
-	readLive    bool            // read: a lease of the value was live at a voter
-	readEpoch   uint64          // read: the epoch it reports if its write-back is chosen
-	contended   bool            // the last round failed on refusals, not silence
-	favoured    bool            // the last round lost while x's own grant led (ownGrantLeads)
-	watched     bool            // some prepare of x asked the voters to watch the key for it
-	timeLeft    time.Duration   // kindMigrate: how long the new voters must time the lease
-	prepRID     uint64          // the prepare round before the accepts out (Proposer.latePrep)
-	sentTo      voterIncs       // the voters the accepts went to, and their incarnations
+	phase     phase
+	rid       uint64 // wire id of the round in flight
+	ballot    Ballot
+	phaseAt   time.Duration // when the phase in flight began
+	next      Ballot        // accept: promised next
+	t0        time.Duration
+	timerGen  uint64
+	votes     tally
+	msgs      int // replies counted by message (a test-only fault)
+	replies   []reply
+	proposed  Value
+	attempts  int
+	streak    int  // rounds since the acquire last parked (a duel's length)
+	fast      bool // this round skipped the prepare
+	peek      bool // this round only looks (reads)
+	noFast    bool // the next round must prepare (to register a watch)
+	unknown   bool // an accept of an unfinished round may have landed
+	wrote     bool // some accept of this operation was sent
+	cancelled bool
+	readLive  bool          // read: a lease of the value was live at a voter
+	readEpoch uint64        // read: the epoch it reports if its write-back is chosen
+	contended bool          // the last round failed on refusals, not silence
+	favoured  bool          // the last round lost while x's own grant led (ownGrantLeads)
+	watched   bool          // some prepare of x asked the voters to watch the key for it
+	timeLeft  time.Duration // kindMigrate: how long the new voters must time the lease
+	prepRID   uint64        // the prepare round before the accepts out (Proposer.latePrep)
+	sentTo    voterIncs     // the voters the accepts went to, and their incarnations
+	// sentToBuf holds sentTo for up to four voters (three voters, and
+	// the first four of five): no allocation per accept round (there
+	// were three, as the list grew), and the op still fits its size
+	// class (896 bytes).
+	sentToBuf   [4]voterInc
 	repair      *OpResult       // the conclusion to report once the base is written back
 	lastLock    *OpResult       // the last Locked seen (waiting acquires)
 	data        string          // update: the new Data
@@ -420,6 +425,9 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 		p.newRound(x)
 		x.prepRID = prep
 		p.latePrep[prep] = x
+	}
+	if cap(x.sentTo) == 0 {
+		x.sentTo = x.sentToBuf[:0]
 	}
 	x.sentTo = x.sentTo[:0]
 	for i, id := range p.m.Voters {
