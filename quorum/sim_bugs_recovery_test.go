@@ -310,18 +310,5 @@ func restartAfterUnpushedChange(t *testing.T, where, bug string) (*sim, []string
 // whole; the floors' own effect is that every configuration after the
 // restart carries n2's mark. (Random runs reach it about once in 50,000.)
 func TestCheckerCatchesConfigWithoutFloors(t *testing.T) {
-	for _, bug := range []string{"", "config-without-floors"} {
-		cfg := defaultSimConfig(816052, 3)
-		cfg.Bug = bug
-		s := newSim(cfg)
-		s.run()
-		switch {
-		case bug == "" && len(s.fail) > 0:
-			t.Errorf("seed 816052, 3 voters: %s", failureReport(s))
-		case bug != "" && len(s.fail) == 0:
-			t.Errorf("bug %q: seed 816052 broke nothing; the run no longer reaches the state it was kept for", bug)
-		case bug != "" && !strings.HasPrefix(violation(s.fail[0]), "I2") && !strings.HasPrefix(violation(s.fail[0]), "I3"):
-			t.Errorf("bug %q: seed 816052 broke another rule first: %s", bug, firstLine(s.fail[0]))
-		}
-	}
+	replayCatches(t, 816052, 3, "config-without-floors", "I2", "I3")
 }
