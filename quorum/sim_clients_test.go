@@ -111,7 +111,11 @@ func (c *simClient) act() {
 		return
 	}
 	key := c.pickKey()
-	if s.rand.Float64() < 0.15 {
+	reads := 0.15
+	if s.cfg.ReadShare > 0 {
+		reads = s.cfg.ReadShare
+	}
+	if s.rand.Float64() < reads {
 		c.read(key)
 		return
 	}

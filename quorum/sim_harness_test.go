@@ -25,6 +25,9 @@ type simConfig struct {
 	Duration  time.Duration
 	Keys      int
 	Clients   int // per node
+	// ReadShare is the share of the clients' operations that are reads
+	// (zero: 0.15).
+	ReadShare float64
 	// Uniform picks keys uniformly; otherwise half of all operations go
 	// to key k0 (one hot key, a few warm ones).
 	Uniform bool

@@ -25,7 +25,35 @@ var (
 	simCheck  = flag.Duration("sim.checktimeout", 0, "how long porcupine may take over one key's history before the run fails (default 20s; 60s in a soak)")
 	simSizes  = flag.String("sim.sizes", "3,5,7", "voter counts TestSimulation runs each seed with")
 	simStride = flag.Int64("sim.stride", 1, "step between TestSimulation's seeds: 2 from an even -sim.first runs only the seeds that change voters")
+	simReads  = flag.Float64("sim.reads", 0, "share of the clients' operations that are reads (default 0.15)")
+	simForget = flag.Bool("sim.forgetful", false, "every run's voters drop idle registers, and its proposers idle keys, all the time")
 )
+
+// soakConfig is seed's run with the voters given, as TestSimulation and
+// TestSimulationReplay run it: the defaults, aimed by -sim.reads and
+// -sim.forgetful.
+func soakConfig(seed int64, voters int) simConfig {
+	cfg := defaultSimConfig(seed, voters)
+	if *simReads > 0 {
+		cfg.ReadShare = *simReads
+	}
+	if *simForget {
+		cfg.Keys, cfg.MaxRegisters, cfg.RegisterIdle, cfg.MaxIdleKeys = 6, 3, 300*time.Millisecond, 1
+	}
+	return cfg
+}
+
+// soakFlags are the flags a replay needs to run what soakConfig made.
+func soakFlags() string {
+	var b strings.Builder
+	if *simReads > 0 {
+		fmt.Fprintf(&b, " -sim.reads=%v", *simReads)
+	}
+	if *simForget {
+		b.WriteString(" -sim.forgetful")
+	}
+	return b.String()
+}
 
 // voterSizes parses -sim.sizes.
 func voterSizes(t *testing.T) []int {
@@ -80,7 +108,8 @@ func defaultSeeds() int {
 // -sim.first and -sim.seeds shard a long soak over machines (each runs its
 // own range over all its cores); -sim.sizes and -sim.stride aim one where
 // bugs were found (-sim.sizes=3 -sim.stride=2 from an even seed: only runs
-// of three voters that change voters).
+// of three voters that change voters), and -sim.reads and -sim.forgetful
+// at reads of keys the voters keep forgetting.
 func TestSimulation(t *testing.T) {
 	if *simSeed != 0 {
 		t.Skip("replaying one seed: see TestSimulationReplay")
@@ -93,6 +122,9 @@ func TestSimulation(t *testing.T) {
 	stride := *simStride
 	if stride < 1 {
 		t.Fatalf("-sim.stride=%d: want 1 or more", stride)
+	}
+	if *simReads < 0 || *simReads > 1 {
+		t.Fatalf("-sim.reads=%v: want a share from 0 to 1", *simReads)
 	}
 	if *simSeeds > 0 {
 		seeds = *simSeeds
@@ -125,7 +157,7 @@ func TestSimulation(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range jobs {
-				s := newSim(defaultSimConfig(j.seed, j.voters))
+				s := newSim(soakConfig(j.seed, j.voters))
 				s.run()
 				mu.Lock()
 				runs++
@@ -187,7 +219,7 @@ func TestSimulationReplay(t *testing.T) {
 	if *simSeed == 0 {
 		t.Skip("no -sim.seed given")
 	}
-	cfg := defaultSimConfig(*simSeed, *simVoters)
+	cfg := soakConfig(*simSeed, *simVoters)
 	cfg.Bug = *simBug
 	cfg.Trace = true
 	s := newSim(cfg)
@@ -209,8 +241,8 @@ func failureReport(s *sim) string {
 	r.run()
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %d voters%s: %s\n", cfg.Seed, cfg.Voters, bugNote(cfg.Bug), s.fail[0])
-	fmt.Fprintf(&b, "replay: go test ./quorum -run TestSimulationReplay -v -sim.seed=%d -sim.voters=%d%s\n",
-		cfg.Seed, cfg.Voters, bugFlag(cfg.Bug))
+	fmt.Fprintf(&b, "replay: go test ./quorum -run TestSimulationReplay -v -sim.seed=%d -sim.voters=%d%s%s\n",
+		cfg.Seed, cfg.Voters, bugFlag(cfg.Bug), soakFlags())
 	fmt.Fprintf(&b, "trace before the violation:\n%s", strings.Join(tail(r.trace, 40), "\n"))
 	return b.String()
 }
