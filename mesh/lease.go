@@ -504,7 +504,9 @@ func bytesOf(s string) []byte {
 // Holder reads who holds key, linearizably: a majority of the voters
 // answers, and what it says is never older than what any earlier call
 // returned — except across a restart of every voter at once, which forgets
-// every key (it then reads as never granted; tokens still increase).
+// every key, and for a free key the voters have forgotten (both then read
+// as never granted, Token 0; the next grant's token is still higher than
+// every earlier one).
 func (m *Mesh) Holder(ctx context.Context, key string) (Holder, error) {
 	if err := m.userKey(key); err != nil {
 		return Holder{}, err
