@@ -216,6 +216,17 @@ type event struct {
 	at  time.Duration
 	seq uint64
 	fn  func()
+	// msg, when set, is a message to deliver instead of fn: a struct of
+	// its own, not a closure, as most events are messages.
+	msg *delivery
+}
+
+// delivery is one copy of a message on its way. It reaches only the
+// incarnations it was sent between, as over a TCP connection.
+type delivery struct {
+	from, to       *simNode
+	fromInc, toInc uint64
+	msg            Message
 }
 
 // eventHeap is the simulator's queue of events, earliest first (ties in
@@ -465,6 +476,12 @@ func (s *sim) run0() {
 	for len(s.events) > 0 && !s.ended {
 		e := s.events.pop()
 		s.now = e.at
+		if d := e.msg; d != nil {
+			if d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
+				s.deliver(d.to, d.msg)
+			}
+			continue
+		}
 		e.fn()
 	}
 }
@@ -674,13 +691,7 @@ func (s *sim) flush(n *simNode) {
 			if msg.Kind == MsgNotify && s.cfg.Trace {
 				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To(), msg.Notify.Keys, msg.Notify.Promised)
 			}
-			to := s.node(msg.To())
-			s.send(n, to, func() func() {
-				// The node's until Advance, and Step takes what it is
-				// given: every copy that goes out is a copy of its own.
-				c := cloneMessage(msg)
-				return func() { s.deliver(to, c) }
-			})
+			s.sendMessage(n, s.node(msg.To()), msg)
 		}
 		for _, ev := range rd.Leases {
 			s.check.leaseEvent(n, ev)
@@ -827,8 +838,32 @@ func (s *sim) node(id NodeID) *simNode {
 // A message reaches only the incarnations it was sent between, as over a
 // TCP connection: one of a node that restarted meanwhile is lost.
 func (s *sim) send(from, to *simNode, copyOf func() func()) {
-	s.stats.Messages++
 	fromInc, toInc := from.inc, to.inc
+	s.route(from, to, func(d time.Duration) {
+		fn := copyOf()
+		s.after(d, func() {
+			if to.up && !s.ended && to.inc == toInc && from.inc == fromInc {
+				fn()
+			}
+		})
+	})
+}
+
+// sendMessage sends msg as send does. The node's message is its own until
+// Advance, and Step takes what it is given: every copy that goes out is a
+// copy of its own.
+func (s *sim) sendMessage(from, to *simNode, msg Message) {
+	s.route(from, to, func(d time.Duration) {
+		s.seq++
+		s.events.push(event{at: s.now + d, seq: s.seq, msg: &delivery{
+			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: cloneMessage(msg)}})
+	})
+}
+
+// route decides what becomes of a message from from to to: lost, or
+// scheduled once or twice, each copy after its own delay.
+func (s *sim) route(from, to *simNode, schedule func(delay time.Duration)) {
+	s.stats.Messages++
 	copies := 1
 	if from != to {
 		if s.cut[[2]int{from.idx, to.idx}] {
@@ -851,12 +886,7 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 				d = fixed
 			}
 		}
-		fn := copyOf()
-		s.after(d, func() {
-			if to.up && !s.ended && to.inc == toInc && from.inc == fromInc {
-				fn()
-			}
-		})
+		schedule(d)
 	}
 }
 
