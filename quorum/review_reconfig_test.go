@@ -275,3 +275,96 @@ func TestReconfigPendingChangeForgetsNothing(t *testing.T) {
 		t.Logf("bug %q: k0 forgotten at n1 by the restart: %v; n0 voted again at %v", bug, forgotten, liveAt)
 	}
 }
+
+// A voter being removed that restarts from its disk once it has adopted the
+// pending configuration runs no acceptor: the configuration on its disk
+// does not name it. What it knew is not needed: a grant was accepted by a
+// majority of the voters before the change, and every other of them stays
+// a voter. Here k0 is granted and freed at epoch E at n1 and n2 alone (n0
+// cut off); n3 removes n2 while n0 is still cut off, so that k0 cannot
+// move yet; then n1 and n2 restart from their disks. k0's registers are
+// gone everywhere, and E lives on only in the epoch marks of n1 and n2,
+// whose acceptor nobody asks again. n1 waits out its quarantine and goes
+// live on the word of n0 (two of the three voters before the change
+// restarted: floor only); n3's change gives up meanwhile (its listing
+// needs n1: n2 answers as a non-voter), and the next change finishes it,
+// as the mesh's autopilot would, carrying n1's mark into the settled
+// configuration's epoch floor. n4, restarted with its wall clock an hour
+// back so that only the marks keep tokens up, must then be granted k0
+// above E. With "ignore-reserved" (a restart from disk forgets its epoch
+// mark) n4 is granted below E: I2.
+func TestReconfigRemovedVoterRestartsWithoutAnAcceptor(t *testing.T) {
+	for _, bug := range []string{"", "ignore-reserved"} {
+		cfg := faultFree(1, 3, 2, 1, 1)
+		cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+		cfg.Drift, cfg.Clocks = 0, ""
+		var e, token uint64
+		var noAcceptor bool
+		var w *simClient
+		cfg.Script = func(s *sim) {
+			n1, n2, n3, n4 := s.nodes[1], s.nodes[2], s.nodes[3], s.nodes[4]
+			h := n3.clients[0]
+			h.holdTime = 50 * time.Millisecond
+			s.at(300*time.Millisecond, func() {
+				isolate(s, 0, true)
+				h.acquire("k0", true, time.Second)
+				s.flush(h.n)
+			})
+			s.at(330*time.Millisecond, func() {
+				if h.grant == nil {
+					t.Fatalf("n3 was not granted k0")
+				}
+				e = h.grant.token
+			})
+			// n0 stays cut off through the change: n1 and n2 choose it,
+			// and the move of k0 into [n0 n1] waits for n0.
+			s.at(600*time.Millisecond, func() { changeFrom(t, s, n3, simChange{remove: "n2"}) })
+			s.at(650*time.Millisecond, func() {
+				if n2.node.Membership().IsVoter("n2") {
+					t.Fatalf("n2 has not adopted its removal: %v", n2.node.Membership().Voters)
+				}
+				s.wallBack = int64(time.Hour / time.Microsecond)
+				for _, n := range []*simNode{n1, n2, n4} {
+					s.crash(n)
+					s.start(n)
+				}
+				noAcceptor = n2.node.Acceptor() == nil
+				w = n4.clients[0]
+				w.holdTime = time.Hour
+			})
+			s.at(700*time.Millisecond, func() { isolate(s, 0, false) })
+			// n3's change gave up while n1 waited out its quarantine (the
+			// listing needs it: n2 answers as a non-voter); the next
+			// change finishes it, as the mesh's autopilot would.
+			s.at(2*time.Second, func() { changeFrom(t, s, n3, simChange{remove: "n2"}) })
+			s.at(3*time.Second, func() {
+				w.acquire("k0", true, 2*time.Second)
+				s.flush(w.n)
+			})
+			s.at(3500*time.Millisecond, func() {
+				if w.grant != nil {
+					token = w.grant.token
+				}
+			})
+		}
+		s := newSim(cfg)
+		s.run()
+		switch {
+		case !noAcceptor:
+			t.Fatalf("bug %q: n2 restarted with an acceptor: the scenario shows nothing", bug)
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("%s", failureReport(s))
+		case bug == "" && (!slices.Equal(s.m.Voters, []NodeID{"n0", "n1"}) || s.m.Pending):
+			t.Errorf("the change did not finish: voters %v, pending %v", s.m.Voters, s.m.Pending)
+		case bug == "" && token == 0:
+			t.Errorf("n4 was not granted k0 after the change")
+		case bug == "" && token <= e:
+			t.Errorf("n4 was granted k0 at %d, not above %d", token, e)
+		case bug != "" && len(s.fail) == 0:
+			t.Errorf("with %s nothing broke: the scenario no longer reaches its state", bug)
+		case bug != "" && !strings.HasPrefix(violation(s.fail[0]), "I2"):
+			t.Errorf("with %s the first violation is not I2: %s", bug, firstLine(s.fail[0]))
+		}
+		t.Logf("bug %q: granted at %d, then at %d; keys moved %d, changes done %d", bug, e, token, s.stats.KeysMoved, s.stats.ChangesDone)
+	}
+}
