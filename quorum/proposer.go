@@ -157,7 +157,9 @@ type OpResult struct {
 	Key     string
 	Outcome Outcome
 	// Epoch is the fencing token granted (Granted), held by another
-	// (Locked), released (Released/NotHeld), or read (ReadDone).
+	// (Locked), released (Released/NotHeld), or read (ReadDone; for a key
+	// a majority holds nothing of, an epoch no earlier grant exceeded:
+	// see readEpoch).
 	Epoch uint64
 	// Deadline is the holder's deadline on this node's clock (Granted).
 	Deadline time.Duration

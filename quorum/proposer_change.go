@@ -173,8 +173,9 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		}
 		x.readLive = live
 		// What the read reports, now or once its write-back is chosen: the
-		// register's epoch, or the floors' when a majority holds nothing
-		// for the key. (Soak seed 2007368 with 5 voters: the voters had
+		// register's epoch, or, when a majority holds nothing for the key,
+		// an epoch no grant of it ever exceeded (readEpoch). (Soak seed
+		// 2007368 with 5 voters: the voters had
 		// just forgotten k4, freed at epoch E; a read met them and a voter
 		// holding a rival's grant, so it wrote back the empty register, and
 		// said the key was free at epoch 0.)
@@ -194,8 +195,12 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 
 // readEpoch is the epoch a read reports: the register's; or, when a
 // majority holds nothing for the key (its registers were dropped, or it was
-// never written), the highest epoch floor they reported: the key is free,
-// and every grant it had was below that.
+// never written), the highest epoch any voter of the round reported (its
+// epoch floor, or a value it holds: a rival's grant that may never be
+// chosen, a refusing voter's included). The key is free, and every grant
+// it had was at or below that epoch: an upper bound on the past, which the
+// clients' model checks as such (quorumtest Output.AtLeast), and no promise
+// about the next grant's token.
 func readEpoch(base Value, replies []reply) uint64 {
 	if base.Held || base.Epoch != 0 || base.Config != nil {
 		return base.Epoch

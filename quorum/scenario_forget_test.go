@@ -104,11 +104,12 @@ func TestScenarioFastReleaseReachesTheVoterItLeftOut(t *testing.T) {
 // A read that meets voters that forgot a key and one that holds a rival's
 // grant accepted at a higher ballot cannot take the empty registers for
 // chosen: it writes the empty value back. Once that is chosen, the read
-// reports the key free at the epoch the voters' floors keep, never at
-// epoch 0 (soak seed 2007368 with 5 voters: a read right after the voters
-// forgot k4, freed at epoch E, said the key was free at epoch 0; the next
-// grant was E+2). The checker knows the floor as a lower bound (AtLeast):
-// the clients read it so when the value's epoch is not the one reported.
+// reports the key free at an epoch no grant of it exceeded (readEpoch: here
+// the rival's, E+7, the highest a voter reported), never at epoch 0 (soak
+// seed 2007368 with 5 voters: a read right after the voters forgot k4,
+// freed at epoch E, said the key was free at epoch 0; the next grant was
+// E+2). The checker takes such an epoch as a bound (AtLeast): the clients
+// read it so when the value's epoch is not the one reported.
 func TestScenarioReadWritingBackAForgottenKey(t *testing.T) {
 	for _, bug := range []bool{false, true} {
 		c := newTestCluster(t, voters3, "p1", "p3")

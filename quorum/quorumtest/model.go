@@ -110,9 +110,10 @@ type Output struct {
 	Epoch  uint64
 	Holder string // locked, read
 	Held   bool   // read
-	// AtLeast (read): the register was free at some epoch of at least
-	// Epoch: a majority had dropped it (or never had it) and reported the
-	// highest epoch any dropped register had.
+	// AtLeast (read): the register was free, at an epoch that Epoch is at
+	// least: a majority had dropped it (or never had it) and reported the
+	// highest epoch they knew of (their floors, or a rival's grant one of
+	// them held), at or above every grant the key had.
 	AtLeast bool
 	// Live (read): the read came through the public API (mesh.Holder),
 	// where Held says the lease is live, not that the register is held: an
