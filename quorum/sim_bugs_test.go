@@ -429,11 +429,6 @@ func TestCheckerCatchesForgettingOnMajority(t *testing.T) {
 	findViolation(t, "forget-on-majority", "I8|I9", 100, smallRegisters)
 }
 
-// smallRegisters makes voters forget idle keys all the time.
-func smallRegisters(c *simConfig) {
-	c.Keys, c.MaxRegisters, c.RegisterIdle = 6, 3, 300*time.Millisecond
-}
-
 // skipUnderRace skips a test that runs many simulations when the race
 // detector is on: the simulator runs on one goroutine, so the detector has
 // nothing to watch there, and it makes the runs five times slower. .ci/run
@@ -452,9 +447,6 @@ func skipUnderRace(t *testing.T) {
 func TestCheckerCatchesForgettingEvictedKeysOnMajority(t *testing.T) {
 	findViolation(t, "forget-evicted-on-majority", "I8|I9", 100, smallIdle)
 }
-
-// smallIdle makes proposers drop idle keys all the time.
-func smallIdle(c *simConfig) { c.Keys, c.MaxIdleKeys = 6, 1 }
 
 // TestCheckerCatchesReadEmptyEpoch: a read that writes back the empty
 // register of a key the voters forgot must report the floors' epoch, not

@@ -145,12 +145,9 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	cfg.Clocks = []string{"", "extreme", "adversarial"}[seed%3]
 	switch seed % 6 {
 	case 2:
-		// Voters drop idle registers all the time: more keys than a
-		// voter keeps, and short idle ages.
-		cfg.Keys, cfg.MaxRegisters, cfg.RegisterIdle = 6, 3, 300*time.Millisecond
+		smallRegisters(&cfg)
 	case 4:
-		// Proposers forget idle keys all the time.
-		cfg.Keys, cfg.MaxIdleKeys = 6, 1
+		smallIdle(&cfg)
 	}
 	switch seed % 8 {
 	case 1, 5:
@@ -167,6 +164,15 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	}
 	return cfg
 }
+
+// smallRegisters makes voters drop idle registers all the time: more keys
+// than a voter keeps, and short idle ages.
+func smallRegisters(c *simConfig) {
+	c.Keys, c.MaxRegisters, c.RegisterIdle = 6, 3, 300*time.Millisecond
+}
+
+// smallIdle makes proposers forget idle keys all the time.
+func smallIdle(c *simConfig) { c.Keys, c.MaxIdleKeys = 6, 1 }
 
 // timing is the run's lease arithmetic, from package lease as the mesh uses
 // it.

@@ -38,7 +38,8 @@ func soakConfig(seed int64, voters int) simConfig {
 		cfg.ReadShare = *simReads
 	}
 	if *simForget {
-		cfg.Keys, cfg.MaxRegisters, cfg.RegisterIdle, cfg.MaxIdleKeys = 6, 3, 300*time.Millisecond, 1
+		smallRegisters(&cfg)
+		smallIdle(&cfg)
 	}
 	return cfg
 }
