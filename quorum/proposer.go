@@ -282,12 +282,13 @@ type Proposer struct {
 	clock Clock
 	rand  *rand.Rand
 
-	keys   map[string]*keyState
-	rounds map[uint64]*op // by wire id of the round in flight
-	// lateFast maps the accept round that left a key's fast path to the
-	// key, while the fast path stands: voters that accept after the round
-	// ended promised its next ballot too.
-	lateFast map[uint64]*keyState
+	keys map[string]*keyState
+	// rounds maps the wire id of each round in flight to its operation,
+	// and that of an accept round that left a key's fast path, once it
+	// ended, to the key, while the fast path stands: voters that accept
+	// after the round ended promised its next ballot too. One map for
+	// both: a renewal's round ends as one and lives on as the other.
+	rounds map[uint64]roundRef
 	// latePrep maps the prepare round of an operation whose accepts are
 	// out to the operation (see latePromise).
 	latePrep map[uint64]*op
@@ -303,6 +304,15 @@ type Proposer struct {
 	renewAt    time.Duration // when the renewal timer fires
 	renewArmed bool
 	renewGen   uint64
+	// renewFrom is where in held the next renewal pass starts: each pass
+	// goes on from where the last stopped, so that the passes over many
+	// leases, a batch each, look at every lease once per round of them
+	// rather than at the renewing ones again and again from the start.
+	renewFrom int
+	// renewals counts the renewals in flight. They are not in ops: no
+	// caller can name or cancel one, and at many leases the map's two
+	// writes per renewal cost more than the rest of its bookkeeping.
+	renewals int
 
 	// forgetting is how many forgets are in progress (Node.sweep).
 	forgetting int
@@ -402,8 +412,7 @@ func NewProposer(cfg ProposerConfig) (*Proposer, error) {
 		clock:    cfg.Clock,
 		rand:     cfg.Rand,
 		keys:     make(map[string]*keyState),
-		rounds:   make(map[uint64]*op),
-		lateFast: make(map[uint64]*keyState),
+		rounds:   make(map[uint64]roundRef),
 		latePrep: make(map[uint64]*op),
 		ops:      make(map[OpID]*op),
 		incs:     make(map[NodeID]uint64),
@@ -532,7 +541,7 @@ func (p *Proposer) Holds(key string) (epoch uint64, deadline time.Duration, ok b
 
 // Pending is the number of operations in progress, background work
 // included.
-func (p *Proposer) Pending() int { return len(p.ops) }
+func (p *Proposer) Pending() int { return len(p.ops) + p.renewals }
 
 // Leases is the number of leases this node holds.
 func (p *Proposer) Leases() int { return len(p.held) }
@@ -668,6 +677,7 @@ func (p *Proposer) attach(ks *keyState) *keyState {
 	switch {
 	case cur == nil:
 		p.keys[ks.key] = ks
+		ks.current = true
 	case cur != ks:
 		p.dropFast(ks) // its promises are cur's to use, if any
 		cur.lastDeadline = max(cur.lastDeadline, ks.lastDeadline)
@@ -681,7 +691,7 @@ func (p *Proposer) attach(ks *keyState) *keyState {
 func (p *Proposer) key(k string) *keyState {
 	ks := p.keys[k]
 	if ks == nil {
-		ks = &keyState{key: k}
+		ks = &keyState{key: k, current: true}
 		p.keys[k] = ks
 	}
 	p.busy(ks)
@@ -704,19 +714,25 @@ func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op 
 	return x
 }
 
-// newRenewOp is newOp for a renewal, on a recycled op when there is one.
+// newRenewOp is newOp for a renewal of the lease held on ks, on a recycled
+// op when there is one. A key with a lease is the proposer's current state
+// for it (only a key with nothing under way is forgotten, see maybeForget):
+// the flag saves the map lookup of attach, one per renewal.
 func (p *Proposer) newRenewOp(ks *keyState, deadline time.Duration) *op {
-	x, ok := p.renewOps.Get().(*op)
-	if !ok {
-		return p.newOp(ks, kindRenew, deadline)
+	if !ks.current || ks.idle {
+		ks = p.attach(ks)
 	}
-	// Everything afresh but the buffers, and a timerGen above every
-	// timer armed for its earlier lives.
-	*x = op{timerGen: x.timerGen + 1, replies: x.replies[:0], sentTo: x.sentTo[:0]}
-	ks = p.attach(ks)
+	x, ok := p.renewOps.Get().(*op)
+	if ok {
+		// Everything afresh but the buffers, and a timerGen above every
+		// timer armed for its earlier lives.
+		*x = op{timerGen: x.timerGen + 1, replies: x.replies[:0], sentTo: x.sentTo[:0]}
+	} else {
+		x = &op{}
+	}
 	p.nextOp++
 	x.id, x.kind, x.ks, x.deadline, x.started = p.nextOp, kindRenew, ks, deadline, p.clock.Now()
-	p.ops[x.id] = x
+	p.renewals++
 	return x
 }
 
@@ -736,12 +752,15 @@ func (p *Proposer) finish(x *op, r OpResult) {
 	if x.kind == kindForget {
 		p.forgetting--
 	}
-	if x.kind == kindRenew && x.phase != phaseDone {
+	switch {
+	case x.kind != kindRenew:
+		delete(p.ops, x.id)
+	case x.phase != phaseDone:
 		p.doneRenews = append(p.doneRenews, x)
+		p.renewals--
 	}
 	x.phase = phaseDone
 	x.timerGen++
-	delete(p.ops, x.id)
 	p.endRound(x)
 	if cap(x.replies) > 0 && len(p.spareReplies) < maxSpareReplies {
 		// No round of x will take another reply (it is out of rounds),
@@ -868,6 +887,7 @@ func (p *Proposer) maybeForget(ks *keyState) {
 	}
 	if ks.fast == nil && ks.lastDeadline <= now {
 		delete(p.keys, ks.key)
+		ks.current = false
 		return
 	}
 	ks.idle = true
@@ -896,6 +916,7 @@ func (p *Proposer) maybeForget(ks *keyState) {
 		p.nidle--
 		if p.keys[old.key] == old {
 			delete(p.keys, old.key)
+			old.current = false
 		}
 		if forget != nil {
 			p.forgetRegisters(old.key, *forget)

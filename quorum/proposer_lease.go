@@ -81,18 +81,29 @@ func (p *Proposer) renewDue(now time.Duration) {
 	p.renewArmed = false
 	next, any := time.Duration(0), false
 	started := 0
-	for _, ks := range p.held {
+	n := len(p.held)
+	i := p.renewFrom
+	for range n {
+		if i >= len(p.held) {
+			i = 0
+		}
+		ks := p.held[i]
 		l := ks.lease
 		if l.renewing {
+			i++
 			continue
 		}
 		if now < l.lastStart+l.opts.RenewEvery/2 {
 			if due := l.lastStart + l.opts.RenewEvery; !any || due < next {
 				next, any = due, true
 			}
+			i++
 			continue
 		}
 		if started == maxRenewBatch {
+			// The next pass starts here. Each pass but the last of a
+			// round stops at a full batch; the last looks at every
+			// lease, and so finds when the next round is due.
 			next, any = now+p.renewPace(), true
 			break
 		}
@@ -105,7 +116,9 @@ func (p *Proposer) renewDue(now time.Duration) {
 		x.epoch = l.epoch
 		x.opts = l.opts
 		p.enqueue(x, true)
+		i++
 	}
+	p.renewFrom = i
 	if any {
 		p.armRenew(next)
 	}

@@ -435,13 +435,15 @@ func (p *Proposer) Adopt(m Membership) bool {
 		}
 	}
 	rids := make([]uint64, 0, len(p.rounds))
-	for rid := range p.rounds {
-		rids = append(rids, rid)
+	for rid, r := range p.rounds {
+		if r.x != nil {
+			rids = append(rids, rid)
+		}
 	}
 	slices.Sort(rids)
 	now := p.clock.Now()
 	for _, rid := range rids {
-		x := p.rounds[rid]
+		x := p.rounds[rid].x
 		p.endRound(x)
 		x.repair = nil
 		x.phase = phaseBackoff

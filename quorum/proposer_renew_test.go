@@ -27,13 +27,11 @@ func TestRenewalOpReusedWithoutItsOldTimers(t *testing.T) {
 	}
 	inFlight := func() *op {
 		t.Helper()
-		if len(p.ops) != 1 {
-			t.Fatalf("%d operations in flight, want the renewal alone", len(p.ops))
+		x := p.keys["k"].active
+		if n := p.Pending(); n != 1 || x == nil || x.kind != kindRenew {
+			t.Fatalf("%d operations in flight, the key's %+v; want the renewal alone", n, x)
 		}
-		for _, x := range p.ops {
-			return x
-		}
-		return nil
+		return x
 	}
 
 	bc.advance(opts.RenewEvery)

@@ -58,8 +58,9 @@ type keyState struct {
 	counter      uint64    // highest ballot counter seen on this key
 	fast         *fastPath // nil, or &fastBuf
 	fastBuf      fastPath  // reused by each accept, not to allocate one per round
-	fastRID      uint64    // the accept round that left fast (Proposer.lateFast)
+	fastRID      uint64    // the accept round that left fast (Proposer.rounds)
 	idle         bool      // idle: counted in Proposer.nidle
+	current      bool      // the state Proposer.keys holds for the key
 	idleSeq      uint64    // tells the current idle-list entry from stale ones
 	notices      uint64    // how many Notifies for the key arrived (HandleNotify)
 	// freedAt is the highest ballot counter a voter had promised when it
@@ -238,9 +239,18 @@ func okReplies(all []reply) []reply {
 // dropFast forgets ks's fast path.
 func (p *Proposer) dropFast(ks *keyState) {
 	if ks.fast != nil || ks.fastRID != 0 {
-		delete(p.lateFast, ks.fastRID)
+		if r, ok := p.rounds[ks.fastRID]; ok && r.late == ks {
+			delete(p.rounds, ks.fastRID)
+		}
 		ks.fast, ks.fastRID = nil, 0
 	}
+}
+
+// roundRef is what Proposer.rounds knows of a round: the operation whose
+// round is in flight, or the key whose fast path a round that ended left.
+type roundRef struct {
+	x    *op
+	late *keyState
 }
 
 // startRound begins a round of x: straight to accept when the fast path
@@ -333,7 +343,7 @@ func (p *Proposer) newRound(x *op) {
 	p.endRound(x)
 	p.nextRID++
 	x.rid = p.nextRID
-	p.rounds[x.rid] = x
+	p.rounds[x.rid] = roundRef{x: x}
 	x.votes = newTally(p.quorumOf())
 	x.msgs = 0
 	if x.replies == nil {
@@ -468,8 +478,9 @@ func (p *Proposer) acceptOp(x *op, inc uint64) Op {
 // once every voter holds one free value at one ballot, see
 // acceptor_registers.go). Sending is safe now, not before: the value is
 // chosen at x.ballot, so any voter that has promised nothing higher may
-// accept it. Their acknowledgments come back through lateFast, which adds
-// each to the fast path (each promised x.next with it).
+// accept it. Their acknowledgments come back as late acceptances of the
+// round (Proposer.rounds), each added to the fast path (each promised
+// x.next with it).
 func (p *Proposer) maybeCompleteFree(x *op) {
 	if !x.fast || x.proposed.Held || (x.kind != kindRelease && x.kind != kindCleanup) {
 		return
@@ -498,7 +509,12 @@ func (p *Proposer) latePromise(x *op, from NodeID, inc uint64, res *Result) {
 // endRound forgets x's round in flight, and the prepare before it.
 func (p *Proposer) endRound(x *op) {
 	if x.rid != 0 {
-		delete(p.rounds, x.rid)
+		if ks := x.ks; ks != nil && ks.fastRID == x.rid && ks.fast != nil {
+			// The round left ks's fast path: late acceptances join it.
+			p.rounds[x.rid] = roundRef{late: ks}
+		} else {
+			delete(p.rounds, x.rid)
+		}
 		x.rid = 0
 	}
 	if x.prepRID != 0 {
@@ -532,8 +548,17 @@ func (p *Proposer) Step(resp *Response) {
 }
 
 func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
-	x := p.rounds[res.ID]
+	r := p.rounds[res.ID]
+	x := r.x
 	if x == nil {
+		// A round that already ended; a voter's late accept still adds to
+		// the fast path it left: that voter promised its ballot too.
+		if ks := r.late; ks != nil {
+			if res.OK && ks.fast != nil && ks.fast.incs.get(from) == 0 {
+				ks.fast.incs = append(ks.fast.incs, voterInc{from, inc})
+			}
+			return
+		}
 		if o := p.obsRounds[res.ID]; o != nil {
 			p.observeAnswer(o, from, res)
 			return
@@ -541,11 +566,6 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		if y := p.latePrep[res.ID]; y != nil {
 			p.latePromise(y, from, inc, res)
 			return
-		}
-		// A round that already ended; a voter's late accept still adds to
-		// the fast path it left: that voter promised its ballot too.
-		if ks := p.lateFast[res.ID]; ks != nil && res.OK && ks.fast != nil && ks.fast.incs.get(from) == 0 {
-			ks.fast.incs = append(ks.fast.incs, voterInc{from, inc})
 		}
 		return
 	}
@@ -975,15 +995,14 @@ func (p *Proposer) accepted(x *op) {
 		fp.incs = fp.incs[:0]
 		if cap(fp.incs) < len(p.m.Voters) {
 			// Room for every voter at once: late acknowledgments join it
-			// (lateFast), and growing it one by one left three arrays
+			// (Proposer.rounds), and growing it one by one left three arrays
 			// behind per key, the largest held for as long as the key.
 			fp.incs = make(voterIncs, 0, len(p.m.Voters))
 		}
 		for _, r := range x.replies {
 			fp.incs = append(fp.incs, voterInc{r.from, r.inc})
 		}
-		ks.fast, ks.fastRID = fp, x.rid
-		p.lateFast[x.rid] = ks
+		ks.fast, ks.fastRID = fp, x.rid // the round's end keeps its id for late acceptances
 		p.maybeCompleteFree(x)
 	}
 	if x.next.Counter > ks.counter {

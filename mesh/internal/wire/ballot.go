@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/lockmesh/lockmesh/quorum"
 )
@@ -109,9 +110,25 @@ func (e *encoder) membership(m *quorum.Membership) {
 
 // EncodeRequest encodes a request as a transport body (KindRequest).
 func EncodeRequest(r *quorum.Request) []byte {
-	e := encoder{b: make([]byte, 0, 64+96*len(r.Ops))}
+	e := encoder{b: make([]byte, 0, requestStart)}
 	e.request(r)
 	return e.b
+}
+
+// requestStart and responseStart are the buffers a request's and a
+// response's encodings start with (see sizeFor).
+const (
+	requestStart  = 160
+	responseStart = 128
+)
+
+// sizeFor makes room for the rest of a list of n elements, the first of
+// which was encoded from start: one more copy of a buffer that holds one
+// element, instead of a copy at every doubling of one that holds thousands.
+// The operations of a batch (a renewal's, say) and their results weigh
+// about the same.
+func (e *encoder) sizeFor(start, n int) {
+	e.b = slices.Grow(e.b, (len(e.b)-start)*(n-1)*9/8+8)
 }
 
 func (e *encoder) request(r *quorum.Request) {
@@ -121,7 +138,11 @@ func (e *encoder) request(r *quorum.Request) {
 	e.str(string(r.From))
 	e.str(string(r.To))
 	e.array(len(r.Ops))
+	start := len(e.b)
 	for i := range r.Ops {
+		if i == 1 {
+			e.sizeFor(start, len(r.Ops))
+		}
 		op := &r.Ops[i]
 		if op.Observe != 0 && !e.noData {
 			e.fields(opFields + 1)
@@ -157,7 +178,7 @@ func (e *encoder) request(r *quorum.Request) {
 
 // EncodeResponse encodes a response as a transport body (KindResponse).
 func EncodeResponse(r *quorum.Response) []byte {
-	e := encoder{b: make([]byte, 0, 64+64*len(r.Results))}
+	e := encoder{b: make([]byte, 0, responseStart)}
 	e.response(r)
 	return e.b
 }
@@ -167,13 +188,13 @@ func EncodeResponse(r *quorum.Response) []byte {
 // observations, which such a node would skip or refuse (the mesh does not
 // send it operations that need them).
 func EncodeRequestFor(r *quorum.Request, v int) []byte {
-	e := encoder{b: make([]byte, 0, 64+96*len(r.Ops)), noData: v < Version3}
+	e := encoder{b: make([]byte, 0, requestStart), noData: v < Version3}
 	e.request(r)
 	return e.b
 }
 
 func EncodeResponseFor(r *quorum.Response, v int) []byte {
-	e := encoder{b: make([]byte, 0, 64+64*len(r.Results)), noData: v < Version3}
+	e := encoder{b: make([]byte, 0, responseStart), noData: v < Version3}
 	e.response(r)
 	return e.b
 }
@@ -191,7 +212,11 @@ func (e *encoder) response(r *quorum.Response) {
 	e.uint(r.Inc)
 	e.uint(uint64(r.Status))
 	e.array(len(r.Results))
+	start := len(e.b)
 	for i := range r.Results {
+		if i == 1 {
+			e.sizeFor(start, len(r.Results))
+		}
 		res := &r.Results[i]
 		e.fields(resultFields)
 		e.uint(res.ID)
