@@ -55,6 +55,10 @@ func TestNoDataDirNewMeshSaysWhoItWaitsFor(t *testing.T) {
 // its quarantine: it may have accepted a lease that still runs.
 func TestDataDirRestartedVoterQuarantines(t *testing.T) {
 	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
+	// Every voter votes before the grant, so that node1 gets its accept
+	// (a voter still asking whether the mesh is new refuses it, and a
+	// grant by the other two never asks it again).
+	c.waitVoting()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := c.nodes[0].Acquire(ctx, "k")

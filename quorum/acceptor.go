@@ -299,6 +299,7 @@ type acceptorFaults struct {
 	ignoreNewerConfig  bool // a restart from disk ignores newer configurations others accepted
 	ignoreBallotMark   bool // a restart from disk forgets its ballot mark
 	forgetConfig       bool // a restart from disk forgets the configuration it kept
+	countCopiedConfig  bool // a configuration register merged in a catch-up counts as the acceptor's vote
 	ignoreReserved     bool // a restart from disk forgets its epoch mark
 	keepCopies         bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith     bool // a full restart counts only voters still recovering, not those that went live on its word
@@ -375,6 +376,9 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 func (a *Acceptor) restore(d *Durable) {
 	a.dur = d.clone()
 	a.restored = true
+	if a.faults.forgetConfig {
+		a.dur.Config = DurableRegister{}
+	}
 	if a.m.Newer(a.dur.Membership) && !a.faults.forgetConfig {
 		a.m = a.dur.Membership.clone()
 		a.epochFloor = max(a.epochFloor, a.m.EpochFloor)

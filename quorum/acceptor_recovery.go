@@ -53,8 +53,11 @@ type peerCatchUp struct {
 	lost bool
 	// lostWith: it said it went live on this acceptor's word, this
 	// incarnation's, after both had lost their registers (LostWith).
-	lostWith    bool
-	newerBallot *Ballot // with newer: the ballot it was accepted at
+	lostWith bool
+	// With newer, when it said: the ballot it accepted that configuration
+	// at, and the configuration.
+	newerBallot  *Ballot
+	newerMembers *Membership
 }
 
 // horizonBucket marks a catch-up request, and its answer, that asks for the
@@ -227,14 +230,14 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	if p == nil || p.done {
 		return
 	}
-	p.fresh, p.newer, p.newerBallot, p.inc = resp.Fresh, resp.NewerConfig, nil, resp.Inc
+	p.fresh, p.newer, p.newerBallot, p.newerMembers, p.inc = resp.Fresh, resp.NewerConfig, nil, nil, resp.Inc
 	p.answered = true
 	p.lost = p.lost || resp.LostWith
 	p.lostWith = p.lostWith || resp.LostWith
 	if resp.NewerConfig != 0 && resp.NewerBallot != nil && resp.NewerMembers != nil &&
 		resp.NewerMembers.Version() == resp.NewerConfig && resp.NewerMembers.Validate() == nil {
-		b := *resp.NewerBallot
-		p.newerBallot = &b
+		b, m := *resp.NewerBallot, resp.NewerMembers.clone()
+		p.newerBallot, p.newerMembers = &b, &m
 	}
 	if a.probing && !resp.Fresh {
 		// Some voter has voted, or may have: this is no new mesh, and a
@@ -405,7 +408,14 @@ func (a *Acceptor) maybeGoLive() {
 	case a.restored && a.restartedMajority(a.m.Voters):
 		a.noteRestartedWith(false)
 		a.demoteCopies()
-	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp):
+	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp) && !a.newerMaybeChosen():
+		// Caught up from voters that meet every majority this acceptor
+		// was part of, none of which may have chosen a newer
+		// configuration. (One that may have: voting here could form a
+		// majority of a configuration that was replaced, if this
+		// acceptor, restarted without a disk, had adopted the newer one
+		// and forgot it. It waits to adopt it, from a voter that did or
+		// from chosenNewer, or to learn that it was not chosen.)
 	case enough(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
 		a.noteRestartedWith(false)
 		a.demoteCopies()
@@ -603,32 +613,69 @@ func (a *Acceptor) noteRestartedWith(recovering bool) {
 }
 
 // newerMaybeChosen reports whether a configuration newer than the adopted
-// one, which this acceptor accepted, may have been chosen: whether the
-// voters that did not answer without it (this one included) make
-// majorities of the voters, and of those before a pending change. One
-// that cannot have been chosen does not keep the acceptor from voting in
-// the configuration it has: a change that finishes it later reaches it as
-// it reaches any voter. (A voter changes configurations only with a disk,
-// so every voter that could have accepted one says so.)
+// one may have been chosen, as far as the catch-up's answers tell: whether,
+// for some configuration that a voter says it accepted (this one from its
+// own vote), the voters that accepted it and those that have not answered
+// make majorities of the voters, and of those before a pending change. A
+// voter that accepted a configuration keeps it on its disk (a voter changes
+// configurations only with one) and says so in every answer until it
+// adopts it; then it answers with the configuration itself, which this
+// acceptor adopts. One that cannot have been chosen does not keep the
+// acceptor from voting in the configuration it has: a change that finishes
+// it later reaches it as it reaches any voter.
 func (a *Acceptor) newerMaybeChosen() bool {
-	if a.newerConfigAccepted() == 0 {
-		return false
-	}
 	if a.faults.ignoreNewerConfig {
 		return false
 	}
-	could := func(voters []NodeID) bool {
+	_, own := a.ownNewerConfig()
+	// Each configuration a voter says it accepted; nil stands for one a
+	// voter of an earlier version named by its version alone.
+	var named []*Membership
+	if own != nil {
+		named = append(named, own)
+	}
+	vague := false
+	for _, p := range a.catchUp.peers {
+		switch {
+		case p.newer == 0:
+		case p.newerMembers == nil:
+			vague = true
+		case !slices.ContainsFunc(named, func(m *Membership) bool { return m.Equal(*p.newerMembers) }):
+			named = append(named, p.newerMembers)
+		}
+	}
+	if vague && len(named) == 0 {
+		named = append(named, nil)
+	}
+	// accepted reports whether a voter's word (what it said it accepted,
+	// newer and members) allows that it accepted m.
+	accepted := func(newer uint64, members, m *Membership) bool {
+		return newer != 0 && (m == nil || members == nil || members.Equal(*m))
+	}
+	could := func(m *Membership, voters []NodeID) bool {
 		n := 0
 		for _, v := range voters {
-			if v != a.cfg.ID {
-				i := slices.IndexFunc(a.catchUp.peers, func(p *peerCatchUp) bool { return p.id == v })
-				if i >= 0 && a.catchUp.peers[i].answered && a.catchUp.peers[i].newer == 0 {
-					continue
+			if v == a.cfg.ID {
+				if own != nil && (m == nil || own.Equal(*m)) {
+					n++
 				}
+				continue
 			}
-			n++
+			i := slices.IndexFunc(a.catchUp.peers, func(p *peerCatchUp) bool { return p.id == v })
+			if i < 0 || !a.catchUp.peers[i].answered {
+				n++ // unknown
+				continue
+			}
+			if p := a.catchUp.peers[i]; accepted(p.newer, p.newerMembers, m) {
+				n++
+			}
 		}
 		return n >= len(voters)/2+1
 	}
-	return could(a.m.Voters) && (!a.m.Pending || could(a.m.Prev))
+	for _, m := range named {
+		if could(m, a.m.Voters) && (!a.m.Pending || could(m, a.m.Prev)) {
+			return true
+		}
+	}
+	return false
 }

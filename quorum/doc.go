@@ -85,7 +85,11 @@
 // marks, not the wall clock, keep tokens and ballots above the earlier
 // ones. A voter change needs every voter it asks to keep a Disk
 // (ReasonNoDisk), so that no configuration that was replaced comes back by
-// restarts.
+// restarts: a voter that accepted a configuration says so in its catch-up
+// answers until it adopts it, and a restarted acceptor does not vote in an
+// older one while the voters that said so and those it has not heard from
+// could make a majority (it adopts a configuration only when a majority's
+// own votes show it chosen; copies a catch-up merged are no votes).
 //
 // Without a disk, state lives in memory. An acceptor always starts as if it
 // had lost it:

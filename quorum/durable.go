@@ -187,52 +187,84 @@ func (a *Acceptor) DiskError() error { return a.diskErr }
 // Durable reports whether the acceptor keeps its state on a disk.
 func (a *Acceptor) Durable() bool { return a.disk != nil }
 
-// newerConfigAccepted is the version of a configuration the acceptor has
-// accepted in its configuration register but not adopted: it may have been
-// chosen, so voters that know no newer one than their own must not take
-// themselves for the whole mesh (0 when there is none).
-func (a *Acceptor) newerConfigAccepted() uint64 {
-	r := a.regs[ConfigKey]
-	if r == nil || r.value.Config == nil || !a.m.Newer(*r.value.Config) {
-		return 0
+// ownNewerConfig is the configuration newer than the adopted one that this
+// acceptor accepted itself, in this life or, from its disk, an earlier one,
+// with the ballot it accepted it at (nil when there is none). It is read
+// from what the disk keeps, not from the register: a catch-up merges the
+// configuration register too (an acceptor that lost its disk must answer
+// prepares with what a majority accepted), and a copy so learned is no vote.
+// Counted as one, it let a restarted voter take a configuration two voters
+// of five accepted for chosen (TestReviewListingRestartedVoterAdopts-
+// OnlyAChosenConfiguration). Without a disk an acceptor accepts no
+// configuration (ReasonNoDisk).
+func (a *Acceptor) ownNewerConfig() (*Ballot, *Membership) {
+	c := a.dur.Config
+	if r := a.regs[ConfigKey]; a.faults.countCopiedConfig && r != nil {
+		c = DurableRegister{Promise: r.promise, Accepted: r.accepted, Value: r.value}
 	}
-	return r.value.Config.Version()
-}
-
-// newerConfigRegister returns the configuration register's accepted ballot
-// and value when it holds a configuration newer than the one adopted.
-func (a *Acceptor) newerConfigRegister() (*Ballot, *Membership) {
-	r := a.regs[ConfigKey]
-	if r == nil || r.value.Config == nil || !a.m.Newer(*r.value.Config) {
+	if a.disk == nil || c.Value.Config == nil || !a.m.Newer(*c.Value.Config) {
 		return nil, nil
 	}
-	b, m := r.accepted, r.value.Config.clone()
-	return &b, &m
+	b := c.Accepted
+	return &b, c.Value.Config
+}
+
+// newerConfigAccepted is the version of a configuration the acceptor has
+// accepted itself but not adopted: it may have been chosen, so voters that
+// know no newer one than their own must not take themselves for the whole
+// mesh (0 when there is none).
+func (a *Acceptor) newerConfigAccepted() uint64 {
+	if _, m := a.ownNewerConfig(); m != nil {
+		return m.Version()
+	}
+	return 0
+}
+
+// newerConfigRegister returns what newerConfigAccepted says, with the
+// ballot, as a catch-up answer reports it (copies: the voters' own).
+func (a *Acceptor) newerConfigRegister() (*Ballot, *Membership) {
+	b, m := a.ownNewerConfig()
+	if m == nil {
+		return nil, nil
+	}
+	c := m.clone()
+	return b, &c
 }
 
 // chosenNewer returns a configuration newer than the adopted one that
 // majorities of the voters, and while a change is pending of the voters
-// before it, accepted at one ballot (this acceptor included, from its own
-// register): it was chosen, whatever became of the proposer that wrote it.
+// before it, accepted at one ballot, as their catch-up answers and this
+// acceptor's own vote tell: it was chosen, whatever became of the proposer
+// that wrote it.
 func (a *Acceptor) chosenNewer() *Membership {
-	b, m := a.newerConfigRegister()
-	if b == nil || a.faults.ignoreNewerConfig {
+	if a.faults.ignoreNewerConfig {
 		return nil
 	}
-	count := func(voters []NodeID) bool {
+	ownB, ownM := a.ownNewerConfig()
+	count := func(b Ballot, voters []NodeID) bool {
 		n := 0
-		if slices.Contains(voters, a.cfg.ID) {
+		if ownB != nil && *ownB == b && slices.Contains(voters, a.cfg.ID) {
 			n++
 		}
 		for _, p := range a.catchUp.peers {
-			if p.newerBallot != nil && *p.newerBallot == *b && slices.Contains(voters, p.id) {
+			if p.newerBallot != nil && *p.newerBallot == b && slices.Contains(voters, p.id) {
 				n++
 			}
 		}
 		return n >= len(voters)/2+1
 	}
-	if !count(a.m.Voters) || (a.m.Pending && !count(a.m.Prev)) {
-		return nil
+	chosen := func(b Ballot) bool {
+		return count(b, a.m.Voters) && (!a.m.Pending || count(b, a.m.Prev))
 	}
-	return m
+	if ownB != nil && chosen(*ownB) {
+		m := ownM.clone()
+		return &m
+	}
+	for _, p := range a.catchUp.peers {
+		if p.newerBallot != nil && p.newerMembers != nil && chosen(*p.newerBallot) {
+			m := p.newerMembers.clone()
+			return &m
+		}
+	}
+	return nil
 }

@@ -42,9 +42,15 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// (TestCheckerCatchesForgottenBallotMark).
 		f.acc.ignoreBallotMark = true
 	case "ignore-newer-config":
-		// No run can break an invariant with it; a scripted one shows
-		// its effect (TestDurableRestartNeverVotesInAReplacedConfiguration).
+		// Caught by a scripted run, in which a voter without a disk
+		// restarts (TestReviewListingCatchUpInAReplacedConfiguration); a
+		// restart from disk shows only its effect
+		// (TestDurableRestartNeverVotesInAReplacedConfiguration).
 		f.acc.ignoreNewerConfig = true
+	case "count-copied-config":
+		// Caught by a scripted run
+		// (TestReviewListingRestartedVoterAdoptsOnlyAChosenConfiguration).
+		f.acc.countCopiedConfig = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":
