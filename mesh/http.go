@@ -102,6 +102,9 @@ func readyChecks(st Status) []check {
 		if len(w.Recovering) > 0 {
 			vote.why += ", recovering too: " + strings.Join(w.Recovering, ", ")
 		}
+		if w.NewerConfig != 0 {
+			vote.why += "; " + w.newerConfig()
+		}
 	case Silenced:
 		vote.ok, vote.why = false, "silenced: an earlier process with this node's name still answers"
 	default:

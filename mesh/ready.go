@@ -126,6 +126,11 @@ type Waiting struct {
 	// recovering too.
 	CatchUp    []string `json:",omitempty"`
 	Recovering []string `json:",omitempty"`
+	// NewerConfig: this voter, restarted without its data directory,
+	// waits for the voters' configuration of this version, which some
+	// voters accepted and which may have been chosen, to be adopted or
+	// ruled out (a voter change settles it).
+	NewerConfig uint64 `json:",omitempty"`
 	// Silenced: this voter does not vote, because an earlier process with
 	// its name still answers.
 	Silenced bool `json:",omitempty"`
@@ -162,6 +167,11 @@ type Mismatch struct {
 }
 
 // String is the reasons in a few words each, "; " between them.
+// newerConfig says what a NewerConfig wait is.
+func (w Waiting) newerConfig() string {
+	return fmt.Sprintf("waiting for voter configuration version %d, which some voters accepted, to be adopted or ruled out (a voter change settles it)", w.NewerConfig)
+}
+
 func (w Waiting) String() string {
 	var r []string
 	if w.Configuration {
@@ -182,6 +192,9 @@ func (w Waiting) String() string {
 			s += ", recovering too: " + strings.Join(w.Recovering, ", ")
 		}
 		r = append(r, s)
+	}
+	if w.NewerConfig != 0 {
+		r = append(r, w.newerConfig())
 	}
 	if len(w.Voters) > 0 {
 		parts := make([]string, len(w.Voters))
@@ -430,6 +443,7 @@ func (m *Mesh) readiness(rec *quorum.Recovery) readinessNow {
 		if rec != nil {
 			r.waiting.CatchUp = names(rec.Waiting)
 			r.waiting.Recovering = names(rec.Recovering)
+			r.waiting.NewerConfig = rec.NewerConfig
 		}
 	}
 	why := func(v quorum.NodeID) string {

@@ -299,7 +299,8 @@ type acceptorFaults struct {
 	ignoreNewerConfig  bool // a restart from disk ignores newer configurations others accepted
 	ignoreBallotMark   bool // a restart from disk forgets its ballot mark
 	forgetConfig       bool // a restart from disk forgets the configuration it kept
-	countCopiedConfig  bool // a configuration register merged in a catch-up counts as the acceptor's vote
+	countCopiedConfig  bool // a configuration register merged in a catch-up (even from disk) counts as the acceptor's vote
+	forgetOwnVote      bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
 	ignoreReserved     bool // a restart from disk forgets its epoch mark
 	keepCopies         bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith     bool // a full restart counts only voters still recovering, not those that went live on its word
@@ -552,7 +553,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 	// what it reports has not changed in a way that matters (an accept at
 	// this ballot would have moved the promise to its Next).
 	if !a.persistPromise(op.Ballot.Counter) ||
-		(op.Key == ConfigKey && op.Ballot != r.promise && !a.persistConfigRegister(op.Ballot, r.accepted, r.value)) {
+		(op.Key == ConfigKey && op.Ballot != r.promise && !a.persistConfigRegister(op.Ballot, a.dur.Config.Accepted, a.dur.Config.Value)) {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonNoVote}
 	}

@@ -313,6 +313,14 @@ func (a *Acceptor) merge(e *Entry) {
 	if r.promise.Less(e.Promise) {
 		r.promise, r.promisedBy = e.Promise, 0
 	}
+	if e.Key == ConfigKey && a.restored && !a.faults.countCopiedConfig {
+		// Its disk kept every vote it cast on the configuration
+		// register: a copy would stand in for nothing, and would look
+		// like a vote to a read (an acceptor that lost its disk does
+		// need one: it may have been of the majority that chose the
+		// value, and must answer prepares as such).
+		return
+	}
 	if r.accepted.Less(e.Accepted) {
 		if !r.value.sameGrant(e.Value) {
 			r.hasTimer = false
@@ -408,14 +416,16 @@ func (a *Acceptor) maybeGoLive() {
 	case a.restored && a.restartedMajority(a.m.Voters):
 		a.noteRestartedWith(false)
 		a.demoteCopies()
-	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp) && !a.newerMaybeChosen():
+	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp) && (a.restored || !a.newerMaybeChosen()):
 		// Caught up from voters that meet every majority this acceptor
-		// was part of, none of which may have chosen a newer
-		// configuration. (One that may have: voting here could form a
-		// majority of a configuration that was replaced, if this
-		// acceptor, restarted without a disk, had adopted the newer one
-		// and forgot it. It waits to adopt it, from a voter that did or
-		// from chosenNewer, or to learn that it was not chosen.)
+		// was part of. One restored from its disk is on the newest
+		// configuration it adopted (Adopt saves it first), as before
+		// its restart. One that lost its disk may have adopted a newer
+		// one and forgotten it: voting in an older one could then form a
+		// majority of a configuration that was replaced. It waits while
+		// a newer one may have been chosen, to adopt it from a voter
+		// that did, or from chosenNewer, or to learn that it was not
+		// (Recovery says so: NewerConfig).
 	case enough(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
 		a.noteRestartedWith(false)
 		a.demoteCopies()
@@ -458,14 +468,16 @@ func (a *Acceptor) maybeGoLive() {
 // above every one the restarted voters promised (their ballot marks), so
 // that the value it returns is the register's from then on.
 //
-// The configuration register is not a copy: it came from this acceptor's
-// own disk, and the rules of voter changes read its ballot.
+// The configuration register of an acceptor restored from its disk is no
+// copy (merge leaves it alone); that of one that lost its disk is, and is
+// demoted like the others. (The rules of voter changes read the votes the
+// disk kept, not the register: ownNewerConfig.)
 func (a *Acceptor) demoteCopies() {
 	if a.faults.keepCopies {
 		return
 	}
 	for key, r := range a.regs {
-		if key != ConfigKey && !r.accepted.IsZero() {
+		if (key != ConfigKey || !a.restored) && !r.accepted.IsZero() {
 			r.accepted = a.copyBallot(r.accepted)
 		}
 	}
@@ -567,6 +579,12 @@ type Recovery struct {
 	// Waiting are the voters that have not yet answered its catch-up in
 	// full; Recovering those that answered that they are recovering too.
 	Waiting, Recovering []NodeID
+	// NewerConfig, for an acceptor that lost its disk (or has none), is
+	// the version of a newer configuration that some voters accepted and
+	// that may have been chosen: the acceptor waits to adopt it, or to
+	// learn that it was not chosen (0: nothing of the kind). A voter
+	// change, from any node, settles it.
+	NewerConfig uint64
 }
 
 // Recovery reports what the acceptor waits for before it votes (zero once
@@ -587,6 +605,9 @@ func (a *Acceptor) Recovery() Recovery {
 		default:
 			r.Waiting = append(r.Waiting, p.id)
 		}
+	}
+	if !a.restored && a.state == CatchingUp {
+		r.NewerConfig = a.newerMaybeChosenVersion()
 	}
 	return r
 }
@@ -623,9 +644,13 @@ func (a *Acceptor) noteRestartedWith(recovering bool) {
 // acceptor adopts. One that cannot have been chosen does not keep the
 // acceptor from voting in the configuration it has: a change that finishes
 // it later reaches it as it reaches any voter.
-func (a *Acceptor) newerMaybeChosen() bool {
+func (a *Acceptor) newerMaybeChosen() bool { return a.newerMaybeChosenVersion() != 0 }
+
+// newerMaybeChosenVersion is newerMaybeChosen's configuration's version (0
+// when there is none).
+func (a *Acceptor) newerMaybeChosenVersion() uint64 {
 	if a.faults.ignoreNewerConfig {
-		return false
+		return 0
 	}
 	_, own := a.ownNewerConfig()
 	// Each configuration a voter says it accepted; nil stands for one a
@@ -656,7 +681,9 @@ func (a *Acceptor) newerMaybeChosen() bool {
 		n := 0
 		for _, v := range voters {
 			if v == a.cfg.ID {
-				if own != nil && (m == nil || own.Equal(*m)) {
+				// Without the disk of its earlier life it may have
+				// accepted m, and adopted it, and forgotten both.
+				if (!a.restored && !a.faults.forgetOwnVote) || (own != nil && (m == nil || own.Equal(*m))) {
 					n++
 				}
 				continue
@@ -674,8 +701,15 @@ func (a *Acceptor) newerMaybeChosen() bool {
 	}
 	for _, m := range named {
 		if could(m, a.m.Voters) && (!a.m.Pending || could(m, a.m.Prev)) {
-			return true
+			if m != nil {
+				return m.Version()
+			}
+			v := uint64(0)
+			for _, p := range a.catchUp.peers {
+				v = max(v, p.newer)
+			}
+			return v
 		}
 	}
-	return false
+	return 0
 }

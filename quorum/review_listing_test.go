@@ -254,6 +254,9 @@ func TestReviewListingCatchUpInAReplacedConfiguration(t *testing.T) {
 			}
 			s.at(1800*time.Millisecond, poll)
 			s.at(3500*time.Millisecond, func() {
+				if v := n3.node.Recovery().NewerConfig; bug == "" && v != 2 {
+					t.Errorf("n3's Recovery says it waits for configuration version %d, want 2 (C1)", v)
+				}
 				n3Version = n3.node.Membership().Version()
 				q.acquire("k0", true, time.Second)
 				s.flush(n3)

@@ -51,6 +51,10 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// Caught by a scripted run
 		// (TestReviewListingRestartedVoterAdoptsOnlyAChosenConfiguration).
 		f.acc.countCopiedConfig = true
+	case "forget-own-vote":
+		// Caught by a scripted run
+		// (TestAuditAmnesiacVoterThatAcceptedTheNewConfiguration).
+		f.acc.forgetOwnVote = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":

@@ -83,6 +83,12 @@ type simConfig struct {
 	// state across crashes (see durable.go); without, every restart
 	// forgets everything.
 	Disks bool
+	// DisklessVoter, with Disks, leaves one founding voter (the last)
+	// without a disk, as an operator who forgot one machine's data
+	// directory would: it refuses to vote on voter changes, which go on
+	// without it, and each restart brings it back on the founding
+	// voters, knowing nothing of the changes since.
+	DisklessVoter bool
 	// WallBack sets the wall clocks of the nodes a full restart starts
 	// again an hour back: with disks, tokens must not care.
 	WallBack     bool
@@ -161,6 +167,19 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 		cfg.MajorityCrash = seed%16 < 8
 	case 4:
 		cfg.Retime, cfg.RetimeTTL = seed%16 < 8, cfg.TTL/4
+	}
+	// A fifth of the seeds that change voters have one voter without a
+	// disk among them (a voter restarted so comes back on the founding
+	// voters, and must not vote there once the mesh moved on). The mesh
+	// refuses voter changes while a voter it sees lacks a disk; this is a
+	// voter restarted without its data directory after them. No crash of
+	// a majority in those, nor the restart of every node at once that
+	// ends a change of lease settings: with the voter without a disk
+	// among them, the voters before a pending change wait for each other
+	// for good (each restarted, and only those with disks count as having
+	// lost their state together); that takes an operator.
+	if seed%10 == 4 {
+		cfg.DisklessVoter, cfg.MajorityCrash, cfg.Retime = true, false, false
 	}
 	return cfg
 }
@@ -514,7 +533,7 @@ func (s *sim) start(n *simNode) {
 	// Every node starts from its Config.Voters, the founding voters, or
 	// the configuration its disk kept, and learns a newer one from the
 	// others.
-	if s.cfg.Disks && n.disk == nil {
+	if s.cfg.Disks && n.disk == nil && !(s.cfg.DisklessVoter && n.idx == s.cfg.Voters-1) {
 		n.disk = &simDisk{}
 	}
 	var disk Disk
