@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,7 +212,8 @@ func flip(b []byte) []byte {
 
 // Voter changes need a data directory on every voter: a node without one,
 // or a mesh with a voter without one, is refused with the reason, and the
-// configuration stays as it was.
+// configuration stays as it was. Removing the voter without one is the
+// way out, and is allowed.
 func TestVoterChangesNeedDataDirs(t *testing.T) {
 	c := newCluster(t, clusterOpts{voters: 3, proposers: 1, tweak: func(cfg *Config) {
 		if cfg.Name != "node2" {
@@ -232,5 +234,15 @@ func TestVoterChangesNeedDataDirs(t *testing.T) {
 	}
 	if v, _ := c.nodes[0].Voters(); v.Version != 1 {
 		t.Fatalf("configuration version %d after refused changes", v.Version)
+	}
+	if err := c.nodes[0].RemoveVoter(ctx, "node2"); err != nil {
+		t.Fatalf("removing the voter without a data directory: %v", err)
+	}
+	v, _ := c.nodes[0].Voters()
+	if slices.Contains(v.Voters, "node2") || len(v.Voters) != 2 {
+		t.Fatalf("voters after removing node2: %v", v.Voters)
+	}
+	if err := c.nodes[0].AddVoter(ctx, "node2"); !errors.Is(err, ErrBadVoterChange) || !strings.Contains(err.Error(), "node2") {
+		t.Fatalf("adding node2 back, without a data directory: %v", err)
 	}
 }

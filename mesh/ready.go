@@ -129,7 +129,7 @@ type Waiting struct {
 	// NewerConfig: this voter, restarted without its data directory,
 	// waits for the voters' configuration of this version, which some
 	// voters accepted and which may have been chosen, to be adopted or
-	// ruled out (a voter change settles it).
+	// ruled out (a voter change settles it, such as removing this voter).
 	NewerConfig uint64 `json:",omitempty"`
 	// Silenced: this voter does not vote, because an earlier process with
 	// its name still answers.
@@ -169,7 +169,7 @@ type Mismatch struct {
 // String is the reasons in a few words each, "; " between them.
 // newerConfig says what a NewerConfig wait is.
 func (w Waiting) newerConfig() string {
-	return fmt.Sprintf("waiting for voter configuration version %d, which some voters accepted, to be adopted or ruled out (a voter change settles it)", w.NewerConfig)
+	return fmt.Sprintf("waiting for voter configuration version %d, which some voters accepted, to be adopted or ruled out (a voter change settles it; removing this voter is one the mesh allows while it has no data directory)", w.NewerConfig)
 }
 
 func (w Waiting) String() string {

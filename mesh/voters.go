@@ -127,7 +127,7 @@ func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, 
 	if err := m.waitReady(ctx); err != nil {
 		return err
 	}
-	if err := m.checkDisks(add); err != nil {
+	if err := m.checkDisks(add, remove); err != nil {
 		return err
 	}
 	deadline := m.clock.Now() + time.Minute
@@ -448,8 +448,9 @@ func (m *Mesh) userKey(key string) error { return m.lim.checkUserKey(key) }
 // checkDisks refuses a voter change that a voter without a data directory
 // would refuse anyway (quorum.ReasonNoDisk), saying which: a voter that can
 // forget the configuration it accepted would come back after a restart on
-// the founding voters, beside the current ones (review finding 8).
-func (m *Mesh) checkDisks(add quorum.NodeID) error {
+// the founding voters, beside the current ones (review finding 8). The
+// removal of such a voter is allowed.
+func (m *Mesh) checkDisks(add, remove quorum.NodeID) error {
 	if m.dd == nil {
 		return fmt.Errorf("%w: voter changes need a data directory (Config.DataDir) on every voter, and this node has none", ErrBadVoterChange)
 	}
@@ -457,7 +458,10 @@ func (m *Mesh) checkDisks(add quorum.NodeID) error {
 	if cur == nil {
 		return nil
 	}
-	voters := slices.Clone(cur.Voters)
+	// The voter a change removes may lack one: it refuses to vote on the
+	// change (ReasonNoDisk), which the others decide. Removing it is the
+	// way out for a mesh that has such a voter.
+	voters := slices.DeleteFunc(slices.Clone(cur.Voters), func(v quorum.NodeID) bool { return v == remove })
 	if add != "" {
 		voters = append(voters, add)
 	}

@@ -301,6 +301,7 @@ type acceptorFaults struct {
 	forgetConfig       bool // a restart from disk forgets the configuration it kept
 	countCopiedConfig  bool // a configuration register merged in a catch-up (even from disk) counts as the acceptor's vote
 	forgetOwnVote      bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
+	forgetAmnesiaVote  bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
 	ignoreReserved     bool // a restart from disk forgets its epoch mark
 	keepCopies         bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith     bool // a full restart counts only voters still recovering, not those that went live on its word

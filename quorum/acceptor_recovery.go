@@ -510,13 +510,46 @@ func (a *Acceptor) goLive() {
 
 // persistLive saves the configuration the acceptor votes in, if its disk
 // does not hold it yet (and on a new disk, that it has not voted).
+//
+// An acceptor on a new disk that recovered as one that forgot (amnesiac)
+// saves more: that it voted, the horizon, and marks above every epoch and
+// ballot it now holds. What it copied stands in for the votes of its
+// earlier life, which its new disk never saw; a disk that said it never
+// voted let it go live at once after its next restart, with no quarantine
+// and no registers, and a majority with it no longer met the one that had
+// chosen a grant (I2, TestAudit2NewDiskVoterForgetsItVotedAfterARestart).
 func (a *Acceptor) persistLive() bool {
-	if a.disk == nil || (a.restored && a.dur.Membership.ID == a.m.ID) {
+	amnesiac := a.amnesiac && !a.faults.forgetAmnesiaVote && !a.dur.Voted
+	if a.disk == nil || (a.restored && a.dur.Membership.ID == a.m.ID && !amnesiac) {
 		return a.diskErr == nil
 	}
-	ok := a.persist(func(d *Durable) { d.Membership = a.m.clone() })
+	ok := a.persist(func(d *Durable) {
+		d.Membership = a.m.clone()
+		if amnesiac {
+			epoch, counter := a.marks()
+			d.Voted = true
+			d.Horizon = max(d.Horizon, a.Horizon())
+			if epoch > d.Reserved {
+				d.Reserved = epoch + epochReserve
+			}
+			if counter >= d.Ballots {
+				d.Ballots = counter + ballotReserve
+			}
+		}
+	})
 	a.restored = a.restored || ok
 	return ok
+}
+
+// marks are the highest epoch and ballot counter the acceptor holds: its
+// floors, and every register's promise, accepted ballot and epochs.
+func (a *Acceptor) marks() (epoch, counter uint64) {
+	epoch, counter = a.epochFloor, a.promiseFloor.Counter
+	for _, r := range a.regs {
+		epoch = max(epoch, r.maxEpoch, r.value.Epoch)
+		counter = max(counter, r.promise.Counter, r.accepted.Counter)
+	}
+	return epoch, counter
 }
 
 // restartedMajority reports whether an acceptor that restarted from its disk
@@ -541,6 +574,14 @@ func (a *Acceptor) persistLive() bool {
 // a value chosen since it went live was chosen without this acceptor, by
 // a majority every other majority meets in some voter that holds it.
 //
+// So does a voter that votes and says its disk holds no vote (Fresh): it
+// restarted from a disk that says it never voted and went live at once,
+// or never voted at all. It lost nothing, and no epoch of a grant needs
+// its mark: every grant was chosen without it. Without this, of two
+// voters of three restarted together with the third gone, the second
+// waited for good when the first had never voted
+// (TestDataDirFullRestartWithVoterGone, once in a CI rehearsal under load).
+//
 // With fewer restarted voters the acceptor must catch up as any other: a
 // value a majority chose may now live only at voters it has not heard
 // from.
@@ -553,7 +594,7 @@ func (a *Acceptor) restartedMajority(voters []NodeID) bool {
 		if p.newer != 0 && !a.faults.ignoreNewerConfig {
 			return false
 		}
-		if p.lost && slices.Contains(voters, p.id) {
+		if (p.lost || (p.fresh && p.answered && !p.recovering)) && slices.Contains(voters, p.id) {
 			n++
 		}
 	}

@@ -55,6 +55,10 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// Caught by a scripted run
 		// (TestAuditAmnesiacVoterThatAcceptedTheNewConfiguration).
 		f.acc.forgetOwnVote = true
+	case "forget-amnesia-vote":
+		// Caught by a scripted run
+		// (TestAudit2NewDiskVoterForgetsItVotedAfterARestart).
+		f.acc.forgetAmnesiaVote = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":
