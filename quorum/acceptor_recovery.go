@@ -574,13 +574,12 @@ func (a *Acceptor) marks() (epoch, counter uint64) {
 // a value chosen since it went live was chosen without this acceptor, by
 // a majority every other majority meets in some voter that holds it.
 //
-// So does a voter that votes and says its disk holds no vote (Fresh): it
-// restarted from a disk that says it never voted and went live at once,
-// or never voted at all. It lost nothing, and no epoch of a grant needs
-// its mark: every grant was chosen without it. Without this, of two
-// voters of three restarted together with the third gone, the second
-// waited for good when the first had never voted
-// (TestDataDirFullRestartWithVoterGone, once in a CI rehearsal under load).
+// A voter that votes and says its disk holds no vote (Fresh) does not
+// count: it may have gone live through the new-mesh probe on a disk that
+// replaced one that voted (TestAudit3FreshAnswerOfANewDiskVoterCounts-
+// AsRestarted). So two voters of three restarted together, the third
+// gone, wait for it when the first had never voted: it went live at once
+// and never said it was recovering.
 //
 // With fewer restarted voters the acceptor must catch up as any other: a
 // value a majority chose may now live only at voters it has not heard
@@ -594,7 +593,7 @@ func (a *Acceptor) restartedMajority(voters []NodeID) bool {
 		if p.newer != 0 && !a.faults.ignoreNewerConfig {
 			return false
 		}
-		if (p.lost || (p.fresh && p.answered && !p.recovering)) && slices.Contains(voters, p.id) {
+		if p.lost && slices.Contains(voters, p.id) {
 			n++
 		}
 	}
