@@ -126,10 +126,11 @@ type Waiting struct {
 	// recovering too.
 	CatchUp    []string `json:",omitempty"`
 	Recovering []string `json:",omitempty"`
-	// NewerConfig: this voter, restarted without its data directory,
-	// waits for the voters' configuration of this version, which some
-	// voters accepted and which may have been chosen, to be adopted or
-	// ruled out (a voter change settles it, such as removing this voter).
+	// NewerConfig: this voter, restarted without its data directory or
+	// on a new one, waits for the voters' configuration of this version,
+	// which some voters accepted and which may have been chosen, to be
+	// adopted or ruled out (a voter change settles it, such as removing
+	// this voter from another node).
 	NewerConfig uint64 `json:",omitempty"`
 	// Silenced: this voter does not vote, because an earlier process with
 	// its name still answers.
@@ -166,12 +167,12 @@ type Mismatch struct {
 	At time.Time
 }
 
-// String is the reasons in a few words each, "; " between them.
 // newerConfig says what a NewerConfig wait is.
 func (w Waiting) newerConfig() string {
-	return fmt.Sprintf("waiting for voter configuration version %d, which some voters accepted, to be adopted or ruled out (a voter change settles it; removing this voter is one the mesh allows while it has no data directory)", w.NewerConfig)
+	return fmt.Sprintf("waiting for voter configuration version %d, which some voters accepted, to be adopted or ruled out (a voter change settles it: removing this voter, from another node, is one the mesh allows)", w.NewerConfig)
 }
 
+// String is the reasons in a few words each, "; " between them.
 func (w Waiting) String() string {
 	var r []string
 	if w.Configuration {

@@ -32,9 +32,9 @@ import (
 //     together went live without the registers of one that did not: a
 //     stale value left at that one can never again be the highest a
 //     majority reports;
-//   - the voter configuration it adopted, and its register of the
-//     configuration (ConfigKey: promise and accepted value), saved before
-//     it acts on them. It never returns to a configuration older than the
+//   - the voter configuration it adopted, and its own promise and vote on
+//     the configuration register (ConfigKey: promise and accepted value;
+//     never a copy learned in a catch-up), saved before it acts on them. It never returns to a configuration older than the
 //     newest it adopted, nor forgets a configuration it accepted, so a
 //     configuration that was replaced cannot come back by restarts (review
 //     finding 8), and voters that restarted together can tell whether they
@@ -58,7 +58,8 @@ type Durable struct {
 	// Membership is the newest configuration the acceptor adopted (zero ID
 	// before any).
 	Membership Membership
-	// Config is the acceptor's register of ConfigKey.
+	// Config is the acceptor's own promise and vote on ConfigKey (never a
+	// copy: the register in memory may hold one, see ownNewerConfig).
 	Config DurableRegister
 }
 
@@ -167,8 +168,10 @@ func (a *Acceptor) persistAccept(epoch, counter uint64) bool {
 	})
 }
 
-// persistConfigRegister saves the configuration register as it is about to
-// be: a promise or an accept on ConfigKey is kept before it is answered.
+// persistConfigRegister saves the acceptor's own promise and vote on
+// ConfigKey as they are about to be: a promise or an accept is kept before
+// it is answered (a prepare keeps the disk's vote with its new promise, not
+// the register's value, which may be a copy).
 func (a *Acceptor) persistConfigRegister(promise, accepted Ballot, v Value) bool {
 	return a.persist(func(d *Durable) {
 		d.Config.Promise, d.Config.Accepted = promise, accepted

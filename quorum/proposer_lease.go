@@ -120,8 +120,9 @@ func (p *Proposer) renewDue(now time.Duration) {
 		} else {
 			// The renewal ended at once, and the lease with it: the one
 			// moved into its place (dropLease) is next. (No renewal is
-			// known to end inside enqueue; this keeps the walk whole if
-			// one ever does.)
+			// known to end inside enqueue. If one did after the walk
+			// wrapped, the lease moved here may have been seen already,
+			// and one not seen would wait for the next pass.)
 			seen--
 		}
 	}
