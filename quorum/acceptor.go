@@ -288,23 +288,24 @@ type Acceptor struct {
 // acceptorFaults break the protocol on purpose. Only tests set them, to show
 // that the simulator's checkers catch the bug; they are all off otherwise.
 type acceptorFaults struct {
-	skipQuarantine     bool
-	equalPrepareOK     bool // answer any prepare equal to the promise, as a duplicate
-	ownQuarantineOnly  bool // quarantine for this life's MaxTTL only, ignoring horizons heard
-	untimedCatchUp     bool // learn held values in catch-up without a timer
-	skipPrevCatchUp    bool // while a change is pending, catch up from the new voters only
-	floorOnMajority    bool // conclude a full restart when a majority recovers, not all answered
-	dropAny            bool // drop on OpForget whatever the register holds
-	forgetWhilePending bool // forget registers while a voter change is pending
-	ignoreNewerConfig  bool // a restart from disk ignores newer configurations others accepted
-	ignoreBallotMark   bool // a restart from disk forgets its ballot mark
-	forgetConfig       bool // a restart from disk forgets the configuration it kept
-	countCopiedConfig  bool // a configuration register merged in a catch-up (even from disk) counts as the acceptor's vote
-	forgetOwnVote      bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
-	forgetAmnesiaVote  bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
-	ignoreReserved     bool // a restart from disk forgets its epoch mark
-	keepCopies         bool // going live after a majority loss, keep copies at the ballots they were accepted at
-	ignoreLostWith     bool // a full restart counts only voters still recovering, not those that went live on its word
+	skipQuarantine          bool
+	equalPrepareOK          bool // answer any prepare equal to the promise, as a duplicate
+	ownQuarantineOnly       bool // quarantine for this life's MaxTTL only, ignoring horizons heard
+	untimedCatchUp          bool // learn held values in catch-up without a timer
+	skipPrevCatchUp         bool // while a change is pending, catch up from the new voters only
+	floorOnMajority         bool // conclude a full restart when a majority recovers, not all answered
+	dropAny                 bool // drop on OpForget whatever the register holds
+	forgetWhilePending      bool // forget registers while a voter change is pending
+	ignoreNewerConfig       bool // a restart from disk ignores newer configurations others accepted
+	ignoreBallotMark        bool // a restart from disk forgets its ballot mark
+	forgetConfig            bool // a restart from disk forgets the configuration it kept
+	countCopiedConfig       bool // a configuration register merged in a catch-up (even from disk) counts as the acceptor's vote
+	forgetOwnVote           bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
+	forgetAmnesiaVote       bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
+	fullRestartIgnoresNewer bool // one that lost its disk concludes a full restart while a newer configuration may have been chosen
+	ignoreReserved          bool // a restart from disk forgets its epoch mark
+	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
+	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
 }
 
 // AcceptorStats counts what an acceptor did.

@@ -435,7 +435,13 @@ func (a *Acceptor) maybeGoLive() {
 		// epochs and ballots going up), and the change cannot finish
 		// without them. Waiting would stall the mesh for good.
 		a.floorOnly = true
-	case recovering >= a.m.Majority() && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority):
+	case recovering >= a.m.Majority() && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority) &&
+		(a.restored || !a.newerMaybeChosen() || a.faults.fullRestartIgnoresNewer):
+		// (One that lost its disk waits here too while a newer
+		// configuration may have been chosen, as above: going live in the
+		// old one with a majority that lost its state let a later change
+		// write a second configuration with the chosen one's id, I5,
+		// TestAudit5FullRestartIgnoresANewerConfiguration.)
 		// Every voter answered and a majority of them lost their state:
 		// a full restart. (Waiting for every voter, not only a majority,
 		// keeps a majority of an old configuration's voters, restarted

@@ -59,6 +59,10 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// Caught by a scripted run
 		// (TestAudit2NewDiskVoterForgetsItVotedAfterARestart).
 		f.acc.forgetAmnesiaVote = true
+	case "full-restart-ignores-newer":
+		// Caught by a scripted run
+		// (TestAudit5FullRestartIgnoresANewerConfiguration).
+		f.acc.fullRestartIgnoresNewer = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":
