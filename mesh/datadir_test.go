@@ -84,6 +84,10 @@ func TestDataDirRestartedVoterQuarantines(t *testing.T) {
 // voters' epoch marks, not the wall clock.
 func TestDataDirFullRestartWithVoterGone(t *testing.T) {
 	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true})
+	// Every voter votes before the grants, so that each gets their
+	// accepts (one still asking whether the mesh is new refuses them,
+	// and grants by the other two never ask it again).
+	c.waitVoting()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var last uint64
@@ -100,10 +104,15 @@ func TestDataDirFullRestartWithVoterGone(t *testing.T) {
 	// is recovering, and then the other waits for node2: a voter whose
 	// disk says "never voted" is not proof that it lost nothing, see
 	// quorum's restartedMajority. Under load node0 once got none of the
-	// accepts before the stop.)
-	waitFor(t, 10*time.Second, "every voter to accept a value", func() bool {
+	// accepts before the stop; an accept a loaded voter answers too late
+	// is not sent again, so the grants go on until each has one.)
+	waitFor(t, 20*time.Second, "every voter to accept a value", func() bool {
 		for _, m := range c.nodes[:3] {
 			if m.Status().Acceptor.Accepts == 0 {
+				if l, err := c.nodes[0].Acquire(ctx, "k"); err == nil {
+					last = l.Token()
+					l.Release(ctx)
+				}
 				return false
 			}
 		}
