@@ -476,6 +476,21 @@ func TestCheckerCatchesReadEmptyEpoch(t *testing.T) {
 	replayCatches(t, 2007368, 5, "read-empty-epoch", "I8")
 }
 
+// brokeRule checks a scripted run made with a rule broken on purpose
+// (bug): it must break invariant want first. what says what the run saw,
+// for the report when it broke nothing.
+func brokeRule(t *testing.T, s *sim, bug, want, what string) {
+	t.Helper()
+	switch {
+	case len(s.fail) == 0:
+		t.Errorf("with %s no violation (%s)", bug, what)
+	case !strings.HasPrefix(violation(s.fail[0]), want):
+		t.Errorf("with %s the first violation is not %s: %s", bug, want, firstLine(s.fail[0]))
+	default:
+		t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+	}
+}
+
 // replayCatches replays a soak's seed that found a bug, with the rule it
 // broke and without: with the rule broken the run must break one of the
 // invariants named first, and with the rule nothing. A seed's path changes
