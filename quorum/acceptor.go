@@ -303,6 +303,7 @@ type acceptorFaults struct {
 	forgetOwnVote           bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
 	forgetAmnesiaVote       bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
 	fullRestartIgnoresNewer bool // one that lost its disk concludes a full restart while a newer configuration may have been chosen
+	trustForgotten          bool // answers of voters that lost their disk count as a disk's: Durable on a new disk, Forgot ignored
 	ignoreReserved          bool // a restart from disk forgets its epoch mark
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word

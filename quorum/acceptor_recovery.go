@@ -48,6 +48,7 @@ type peerCatchUp struct {
 	newer          uint64
 	inc            uint64 // its incarnation, as it last answered
 	answered       bool   // it answered (newer says what it accepted)
+	forgot         bool   // it answered that it lost its earlier lives' state (newer says nothing of them)
 	// lost: it said, since this acceptor started, that it was recovering
 	// from its disk: its registers are gone, even if it votes again now.
 	lost bool
@@ -166,10 +167,18 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	}
 	if a.state != Live || a.diskErr != nil {
 		resp.Status = StatusRecovering
-		if a.disk != nil && a.diskErr == nil {
-			// Its disk holds every configuration it accepted, or it is
-			// empty and it never accepted one; and its epoch mark.
+		switch {
+		case (a.restored || a.faults.trustForgotten && a.disk != nil) && a.diskErr == nil:
+			// It restarted from its disk, which holds every configuration
+			// it accepted, and its epoch mark.
 			resp.Durable, resp.EpochFloor = true, a.dur.Reserved
+		case !a.restored && !a.faults.trustForgotten:
+			// No disk, or a new one: what it accepted before its restart
+			// is gone (a new disk's probe may yet show there was nothing
+			// to lose). Its answer must not stand for a disk's (review
+			// risks A and C: a voter counted as one that did not accept a
+			// newer configuration, or as one restarted from its disk).
+			resp.Forgot = true
 		}
 		return resp
 	}
@@ -231,7 +240,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return
 	}
 	p.fresh, p.newer, p.newerBallot, p.newerMembers, p.inc = resp.Fresh, resp.NewerConfig, nil, nil, resp.Inc
-	p.answered = true
+	p.answered, p.forgot = true, resp.Forgot
 	p.lost = p.lost || resp.LostWith
 	p.lostWith = p.lostWith || resp.LostWith
 	if resp.NewerConfig != 0 && resp.NewerBallot != nil && resp.NewerMembers != nil &&
@@ -739,8 +748,8 @@ func (a *Acceptor) newerMaybeChosenVersion() uint64 {
 				n++ // unknown
 				continue
 			}
-			if p := a.catchUp.peers[i]; accepted(p.newer, p.newerMembers, m) {
-				n++
+			if p := a.catchUp.peers[i]; p.forgot || accepted(p.newer, p.newerMembers, m) {
+				n++ // it may have accepted m in a life it forgot
 			}
 		}
 		return n >= len(voters)/2+1

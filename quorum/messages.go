@@ -289,8 +289,9 @@ type CatchUpResponse struct {
 	PromiseFloor Ballot `codec:"pf,omitempty"`
 	EpochFloor   uint64 `codec:"ef,omitempty"`
 	// What a voter that keeps its state on disk (Durable) says of itself.
-	// Durable: recovering, it knows its earlier life from its disk, and
-	// EpochFloor is its epoch mark (at least every epoch it accepted).
+	// Durable: recovering, it knows its earlier life from its disk (one
+	// it restarted from, not a new one), and EpochFloor is its epoch mark
+	// (at least every epoch it accepted).
 	// Fresh: it has a disk and has never voted. NewerConfig is the version
 	// of a configuration it accepted and has not adopted (0: none).
 	Durable     bool   `codec:"d,omitempty"`
@@ -311,6 +312,12 @@ type CatchUpResponse struct {
 	// holds nothing from before the asker's restart, so the asker may count
 	// it as restarted with it.
 	LostWith bool `codec:"lw,omitempty"`
+	// Forgot: the responder is recovering without the state of its
+	// earlier lives (it has no disk, or a new one that replaced one it
+	// voted on): NewerConfig speaks for this life only, and it may have
+	// accepted a newer configuration before. The asker counts it as a
+	// voter it has not heard from.
+	Forgot bool `codec:"fg,omitempty"`
 }
 
 // Entry is one register as a catch-up carries it.

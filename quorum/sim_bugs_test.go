@@ -63,6 +63,10 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// Caught by a scripted run
 		// (TestAudit5FullRestartIgnoresANewerConfiguration).
 		f.acc.fullRestartIgnoresNewer = true
+	case "trust-forgotten":
+		// Caught by a scripted run
+		// (TestAudit6ForgottenAnswersCountAsUnknown).
+		f.acc.trustForgotten = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":
