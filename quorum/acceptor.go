@@ -132,6 +132,9 @@ type register struct {
 	accepted   Ballot
 	value      Value
 	maxEpoch   uint64
+	// copied: accepted and value came from a catch-up, not from an
+	// accept (Result.Copy).
+	copied bool
 	// until is when this acceptor's exclusion timer for value's grant
 	// runs out, on its own clock; hasTimer is false when value is free, or
 	// a grant this acceptor only learned by a write-back (see Value).
@@ -304,6 +307,9 @@ type acceptorFaults struct {
 	forgetAmnesiaVote       bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
 	fullRestartIgnoresNewer bool // one that lost its disk concludes a full restart while a newer configuration may have been chosen
 	trustForgotten          bool // answers of voters that lost their disk count as a disk's: Durable on a new disk, Forgot ignored
+	stickyLost              bool // a peer that said it restarted counts as such after it caught up from others
+	copiesVote              bool // a value copied in a catch-up is reported as accepted (no Result.Copy)
+	newVotersOnly           bool // a full restart during a pending change counts the new voters only
 	ignoreReserved          bool // a restart from disk forgets its epoch mark
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
@@ -519,7 +525,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		}
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonHandoff, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
 	if op.Watch && from != "" && !(left > 0 && r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
 		// A waiter joins the line here whatever becomes of its ballot,
@@ -537,11 +543,11 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		// stop without winning a ballot.
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
 	if op.IfFree && left > 0 && !(r.value.Holder == op.Ballot.Node && r.value.HolderInc == op.Ballot.Incarnation) {
 		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
 	if op.Ballot == r.promise && op.ID != r.promisedBy && !a.faults.equalPrepareOK {
 		// Equal to the promise but not a copy of the prepare that made it:
@@ -550,7 +556,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		// let two values share a ballot (review finding 1).
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
-			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r)}
+			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
 	// A duplicate of the prepare that made the promise is answered again:
 	// what it reports has not changed in a way that matters (an accept at
@@ -569,6 +575,7 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		Value:     r.value,
 		Remaining: left,
 		MaxEpoch:  a.maxEpoch(r),
+		Copy:      a.isCopy(r),
 	}
 }
 
@@ -583,7 +590,7 @@ func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 		return Result{ID: op.ID, OK: true, Promised: a.promiseFloor, MaxEpoch: a.epochFloor}
 	}
 	return Result{ID: op.ID, OK: true, Promised: r.promise, Accepted: r.accepted,
-		Value: r.value, Remaining: r.remaining(now), MaxEpoch: a.maxEpoch(r)}
+		Value: r.value, Remaining: r.remaining(now), MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 }
 
 func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
@@ -665,7 +672,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 		a.unwatch(r, v.Holder)
 		r.endHandoff()
 	}
-	r.accepted = op.Ballot
+	r.accepted, r.copied = op.Ballot, false
 	r.value = v
 	if p := maxBallot(op.Ballot, op.Next); p != r.promise {
 		r.promise, r.promisedBy = p, 0

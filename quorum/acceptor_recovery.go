@@ -50,7 +50,10 @@ type peerCatchUp struct {
 	answered       bool   // it answered (newer says what it accepted)
 	forgot         bool   // it answered that it lost its earlier lives' state (newer says nothing of them)
 	// lost: it said, since this acceptor started, that it was recovering
-	// from its disk: its registers are gone, even if it votes again now.
+	// from its disk: its registers are gone, even if it votes again now on
+	// this acceptor's word (LostWith). Once it answers as a voter that
+	// caught up from others, it holds what a majority held, and no longer
+	// counts.
 	lost bool
 	// lostWith: it said it went live on this acceptor's word, this
 	// incarnation's, after both had lost their registers (LostWith).
@@ -282,6 +285,15 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return // an answer to an earlier, repeated question
 	}
 	p.recovering = false
+	if !resp.LostWith && !a.faults.stickyLost {
+		// It votes, and not on this acceptor's word: it caught up from
+		// others (or never lost anything since this acceptor started),
+		// and holds what a majority held. It no longer counts as a voter
+		// that lost its registers with this one (TestAudit7StickyLost-
+		// CountsARecoveredVoter: counted so, it let a chain of restarts
+		// that never overlapped in a majority pass for one that did).
+		p.lost, p.lostWith = false, false
+	}
 	a.mergeFloors(resp.PromiseFloor, resp.EpochFloor)
 	for i := range resp.Entries {
 		a.merge(&resp.Entries[i])
@@ -334,7 +346,7 @@ func (a *Acceptor) merge(e *Entry) {
 		if !r.value.sameGrant(e.Value) {
 			r.hasTimer = false
 		}
-		r.accepted, r.value = e.Accepted, e.Value
+		r.accepted, r.value, r.copied = e.Accepted, e.Value, true
 	}
 	if e.Remaining > 0 && e.Value.Held && r.value.sameGrant(e.Value) && !a.faults.untimedCatchUp {
 		// A voter times this grant still: time it here too, for as long
@@ -352,6 +364,19 @@ func (a *Acceptor) merge(e *Entry) {
 	}
 	r.maxEpoch = max(r.maxEpoch, e.MaxEpoch, e.Value.Epoch)
 }
+
+// isCopy reports whether r holds a value this acceptor copied in a catch-up
+// rather than accepted (Result.Copy).
+//
+// Copied at the ballot it was accepted at, an unchosen value accepted by
+// one voter looked chosen once two voters that caught up from it (each
+// from voters meeting every majority, but not from the one voter holding
+// a higher ballot, which was recovering) joined it: three of five reported
+// one ballot, a read's peek took that for a chosen configuration, a change
+// adopted it, and the next read that met the higher ballot wrote that one
+// back: two configurations with one id (I5,
+// TestAudit7ConfigCopiesLookChosen).
+func (a *Acceptor) isCopy(r *register) bool { return r.copied && !a.faults.copiesVote }
 
 // abandonProbe turns a probing acceptor into one that forgot its state: it
 // waits out its quarantine (counted from its start) and catches up.
@@ -406,7 +431,8 @@ func (a *Acceptor) maybeGoLive() {
 		n := len(voters)
 		return done >= n-(n/2+1)+1
 	}
-	recovering, answered := 1, 1 // this acceptor is recovering too
+	answered := 1
+	lost := []NodeID{a.cfg.ID} // this acceptor is recovering too
 	for _, p := range a.catchUp.peers {
 		switch {
 		case p.recovering || (p.lostWith && p.done && !a.faults.ignoreLostWith):
@@ -415,12 +441,29 @@ func (a *Acceptor) maybeGoLive() {
 			// what it accepted since, this acceptor has merged (done), and
 			// what the others did, it merges from them: every voter
 			// answered.
-			recovering++
+			lost = append(lost, p.id)
 			answered++
 		case p.done:
 			answered++
 		}
 	}
+	// lostMajority reports whether a majority of voters lost their
+	// registers: those of the configuration or, while a change is
+	// pending, those before it, which alone hold the keys the change has
+	// not moved yet. (Counting the new voters only, two of three voters
+	// before an addition that restarted, one on a new disk, waited for
+	// each other for good, and the pending change could not finish
+	// without them: TestAudit7PendingAddStallsAFullRestartOfThePrevMajority.)
+	lostMajority := func(voters []NodeID) bool {
+		n := 0
+		for _, v := range lost {
+			if slices.Contains(voters, v) {
+				n++
+			}
+		}
+		return n >= len(voters)/2+1
+	}
+	fullRestart := lostMajority(a.m.Voters) || a.m.Pending && !a.faults.newVotersOnly && lostMajority(a.m.Prev)
 	switch {
 	case a.restored && a.restartedMajority(a.m.Voters):
 		a.noteRestartedWith(false)
@@ -444,7 +487,7 @@ func (a *Acceptor) maybeGoLive() {
 		// epochs and ballots going up), and the change cannot finish
 		// without them. Waiting would stall the mesh for good.
 		a.floorOnly = true
-	case recovering >= a.m.Majority() && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority) &&
+	case fullRestart && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority) &&
 		(a.restored || !a.newerMaybeChosen() || a.faults.fullRestartIgnoresNewer):
 		// (One that lost its disk waits here too while a newer
 		// configuration may have been chosen, as above: going live in the
@@ -584,10 +627,13 @@ func (a *Acceptor) marks() (epoch, counter uint64) {
 // never accepted one).
 //
 // A voter that said it was recovering counts even if it votes again by now
-// (the first of two restarted voters goes live on the other's word before
-// the other hears back from it): its registers are gone all the same, and
-// a value chosen since it went live was chosen without this acceptor, by
-// a majority every other majority meets in some voter that holds it.
+// on this acceptor's word (the first of two restarted voters goes live on
+// the other's word before the other hears back from it; it then answers
+// LostWith): its registers are gone all the same, and a value chosen since
+// it went live was chosen without this acceptor, by a majority every other
+// majority meets in some voter that holds it. One that votes after
+// catching up from others does not count: a value chosen with it since
+// may live at it and at voters this acceptor has not heard from only.
 //
 // A voter that votes and says its disk holds no vote (Fresh) does not
 // count: it may have gone live through the new-mesh probe on a disk that

@@ -213,6 +213,12 @@ type Result struct {
 	Remaining time.Duration `codec:"rem,omitempty"`
 	// MaxEpoch is the highest epoch the acceptor knows for the key.
 	MaxEpoch uint64 `codec:"me,omitempty"`
+	// Copy: the acceptor holds Value at Accepted because it copied it in
+	// a catch-up, not because it accepted it in a round. A copy ranks as
+	// its ballot does (it may stand for a vote this acceptor cast and
+	// forgot), but is no vote: replies that agree on a ballot show a
+	// chosen value only if none of them is a copy.
+	Copy bool `codec:"cp,omitempty"`
 }
 
 // Notify tells a proposer that keys it watches are no longer held by a live
@@ -240,6 +246,7 @@ type Change struct {
 	Accepted  Ballot        `codec:"a,omitempty"`
 	Value     Value         `codec:"v,omitempty"`
 	Remaining time.Duration `codec:"rem,omitempty"`
+	Copy      bool          `codec:"cp,omitempty"` // as Result.Copy
 }
 
 // CatchUpRequest asks a voter for its registers in one bucket of the key

@@ -72,7 +72,7 @@ func (a *Acceptor) keyState(key string, now time.Duration) Change {
 	if r == nil {
 		return Change{Key: key}
 	}
-	return Change{Key: key, Accepted: r.accepted, Value: r.value, Remaining: r.remaining(now)}
+	return Change{Key: key, Accepted: r.accepted, Value: r.value, Remaining: r.remaining(now), Copy: a.isCopy(r)}
 }
 
 // answered takes note of what the acceptor a just answered: peeks that

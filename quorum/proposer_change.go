@@ -164,7 +164,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		live := false
 		for i := range replies {
 			r := &replies[i].res
-			if r.Accepted != replies[0].res.Accepted {
+			if r.Accepted != replies[0].res.Accepted || r.Copy {
 				chosen = false
 			}
 			if r.Remaining > 0 && base.Held && r.Value.Epoch == base.Epoch && r.Value.Holder == base.Holder {

@@ -94,6 +94,7 @@ type obsReport struct {
 	live      bool
 	remaining time.Duration
 	at        time.Duration // when it arrived, on this node's clock
+	copy      bool          // a value the voter copied, not accepted (Result.Copy)
 }
 
 // Observe starts observing key (or, if it is observed already, registers
@@ -174,7 +175,7 @@ func (p *Proposer) observeAnswer(o *observation, from NodeID, res *Result) {
 	if !res.OK || o.cfg != p.m.ID || !p.m.IsVoter(from) {
 		return
 	}
-	p.report(o, from, res.Accepted, res.Value, res.Remaining)
+	p.report(o, from, res.Accepted, res.Value, res.Remaining, res.Copy)
 	if res.ID == o.rids[0] && !o.answered[from] {
 		o.answered[from] = true
 		if len(o.answered) >= p.m.Majority() {
@@ -195,17 +196,17 @@ func (p *Proposer) handleChanges(n *Notify) {
 		if o == nil || o.cfg != n.Config {
 			continue // no longer observed here: the registration lapses
 		}
-		p.report(o, n.From, c.Accepted, c.Value, c.Remaining)
+		p.report(o, n.From, c.Accepted, c.Value, c.Remaining, c.Copy)
 		p.evaluate(o)
 	}
 }
 
 // report keeps a voter's word unless it is older than what it said before.
-func (p *Proposer) report(o *observation, from NodeID, accepted Ballot, v Value, remaining time.Duration) {
+func (p *Proposer) report(o *observation, from NodeID, accepted Ballot, v Value, remaining time.Duration, copied bool) {
 	if r, ok := o.reports[from]; ok && accepted.Less(r.accepted) {
 		return
 	}
-	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now()}
+	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(), copy: copied}
 }
 
 // evaluate reports the key's state if the voters settle it, and otherwise
@@ -253,6 +254,9 @@ func (p *Proposer) settle(o *observation) (KeyChange, bool) {
 			hi = r
 		}
 		present++
+		if r.copy {
+			continue // no vote: it counts toward no ballot's majority
+		}
 		found := false
 		for i := 0; i < nb; i++ {
 			if ballots[i].b == r.accepted {

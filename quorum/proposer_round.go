@@ -701,7 +701,7 @@ func (p *Proposer) maybeForgetKey(x *op) {
 	all := true
 	for i := range x.replies {
 		r := &x.replies[i].res
-		if !r.OK || r.Accepted != first.Accepted || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
+		if !r.OK || r.Accepted != first.Accepted || r.Copy || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
 			all = false
 		}
 	}
@@ -753,7 +753,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 		live := false
 		for i := range info {
 			r := &info[i].res
-			if r.Accepted == hi {
+			if r.Accepted == hi && !r.Copy {
 				same++
 				if r.Remaining > 0 && base.Held {
 					live = true
@@ -846,7 +846,7 @@ func (p *Proposer) mayStillConclude(x *op) bool {
 	}
 	same := 0
 	for i := range info {
-		if r := &info[i].res; (x.kind == kindRead && r.Accepted == hi) || (x.kind == kindAcquire && r.Value.sameGrant(base)) {
+		if r := &info[i].res; (x.kind == kindRead && r.Accepted == hi && !r.Copy) || (x.kind == kindAcquire && r.Value.sameGrant(base)) {
 			same++
 		}
 	}
@@ -865,11 +865,12 @@ func majorityHolds(replies []reply, base Value, majority int) bool {
 	return n >= majority
 }
 
-// agreed reports whether the replies all hold one accepted ballot: the
-// value is then chosen (they are a majority), not merely the highest seen.
+// agreed reports whether the replies all hold one accepted ballot, none of
+// them as a copy: the value is then chosen (they are a majority), not
+// merely the highest seen.
 func agreed(replies []reply) bool {
-	for _, r := range replies[1:] {
-		if r.res.Accepted != replies[0].res.Accepted {
+	for _, r := range replies {
+		if r.res.Accepted != replies[0].res.Accepted || r.res.Copy {
 			return false
 		}
 	}

@@ -23,8 +23,11 @@ import (
 // majority lost what it knew). But then V is the register's value: a read
 // that reaches b once the partition heals must not find W again.
 //
-// With the rule broken (the copies keep the ballots they were accepted
-// at), the two reads disagree.
+// With the rules broken (the copies keep the ballots they were accepted
+// at, and are reported as votes), the two reads disagree. Either rule alone
+// keeps them together; the second is shown alone by
+// TestAudit7ConfigCopiesLookChosen, where no majority was lost and nothing
+// is demoted.
 func TestScenarioCopiesAfterMajorityLossAreNeverChosen(t *testing.T) {
 	t.Run("rule", func(t *testing.T) {
 		if r1, r2 := readsAcrossCopies(t, false); r1.Value.Held != r2.Value.Held || r1.Epoch != r2.Epoch {
@@ -66,7 +69,11 @@ func readsAcrossCopies(t *testing.T, keepCopies bool) (r1, r2 OpResult) {
 	for _, id := range []NodeID{"c", "d", "e"} {
 		c.cutPair[[2]NodeID{"b", id}] = true
 		c.restartAcceptor(id)
+		// Both rules that keep copies from passing for votes: each alone
+		// keeps the reads apart here (copies held at ballots of their own;
+		// copies reported as such, Result.Copy).
 		c.node(id).acc.faults.keepCopies = keepCopies
+		c.node(id).acc.faults.copiesVote = keepCopies
 	}
 	c.advance(scQuarantine + scRoundTimeout)
 	mustBeLive(t, c, "c", "d", "e")

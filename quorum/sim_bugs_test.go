@@ -9,10 +9,19 @@ import (
 
 // Rules broken on purpose, to show the simulator's checkers catch each.
 
-// nodeFaults are the rules n's new life breaks, as simConfig.Bug says.
+// nodeFaults are the rules n's new life breaks, as simConfig.Bug says: one
+// fault, or several joined by "+".
 func (s *sim) nodeFaults(n *simNode) nodeFaults {
 	var f nodeFaults
-	switch s.cfg.Bug {
+	for _, bug := range strings.Split(s.cfg.Bug, "+") {
+		s.addFault(&f, n, bug)
+	}
+	return f
+}
+
+// addFault adds one fault to f.
+func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
+	switch bug {
 	case "skip-quarantine":
 		f.acc.skipQuarantine = true
 	case "short-quarantine":
@@ -67,6 +76,17 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 		// Caught by a scripted run
 		// (TestAudit6ForgottenAnswersCountAsUnknown).
 		f.acc.trustForgotten = true
+	case "sticky-lost":
+		// Caught by a scripted run
+		// (TestAudit7StickyLostCountsARecoveredVoter).
+		f.acc.stickyLost = true
+	case "copies-vote":
+		// Caught by a scripted run (TestAudit7ConfigCopiesLookChosen).
+		f.acc.copiesVote = true
+	case "new-voters-only":
+		// A stall, shown by a scripted run
+		// (TestAudit7PendingAddStallsAFullRestartOfThePrevMajority).
+		f.acc.newVotersOnly = true
 	case "list-from-one":
 		f.prop.listFromOne = true
 	case "floor-on-majority":
@@ -98,7 +118,6 @@ func (s *sim) nodeFaults(n *simNode) nodeFaults {
 	case "observe-highest":
 		f.prop.observeHighest = true
 	}
-	return f
 }
 
 // reachableVoters is what gossip would tell n: the voters that are up and
@@ -475,9 +494,10 @@ func TestCheckerCatchesForgettingEvictedKeysOnMajority(t *testing.T) {
 // the empty value's 0 (TestScenarioReadWritingBackAForgottenKey stages
 // it). Soak seed 2007368 with 5 voters found it, in a run that changes
 // voters, and is replayed here: with the rule broken the history of k4 is
-// not linearizable (I8), with it nothing breaks.
+// not linearizable (I8), with it nothing breaks. As for 816052 the run
+// keeps copies reported as votes (copies-vote), as when it was found.
 func TestCheckerCatchesReadEmptyEpoch(t *testing.T) {
-	replayCatches(t, 2007368, 5, "read-empty-epoch", "I8")
+	replayCatchesOn(t, 2007368, 5, "copies-vote", "read-empty-epoch", "I8")
 }
 
 // brokeRule checks a scripted run made with a rule broken on purpose
@@ -502,17 +522,29 @@ func brokeRule(t *testing.T, s *sim, bug, want, what string) {
 // then fails, saying so, rather than pass without showing anything.
 func replayCatches(t *testing.T, seed int64, voters int, bug string, invariants ...string) {
 	t.Helper()
-	for _, b := range []string{"", bug} {
+	replayCatchesOn(t, seed, voters, "", bug, invariants...)
+}
+
+// replayCatchesOn is replayCatches with the rules base breaks broken in
+// both runs: the path a seed took when it was found, on code that has
+// since changed.
+func replayCatchesOn(t *testing.T, seed int64, voters int, base, bug string, invariants ...string) {
+	t.Helper()
+	with := bug
+	if base != "" {
+		with = base + "+" + bug
+	}
+	for _, b := range []string{base, with} {
 		cfg := defaultSimConfig(seed, voters)
 		cfg.Bug = b
 		s := newSim(cfg)
 		s.run()
 		switch {
-		case b == "" && len(s.fail) > 0:
+		case b == base && len(s.fail) > 0:
 			t.Errorf("seed %d, %d voters: %s", seed, voters, failureReport(s))
-		case b != "" && len(s.fail) == 0:
+		case b == with && len(s.fail) == 0:
 			t.Errorf("bug %q: seed %d broke nothing; the run no longer reaches the state it was kept for", b, seed)
-		case b != "" && !slices.ContainsFunc(invariants, func(i string) bool { return strings.HasPrefix(violation(s.fail[0]), i) }):
+		case b == with && !slices.ContainsFunc(invariants, func(i string) bool { return strings.HasPrefix(violation(s.fail[0]), i) }):
 			t.Errorf("bug %q: seed %d broke another rule first: %s", b, seed, firstLine(s.fail[0]))
 		}
 	}

@@ -27,11 +27,14 @@ const (
 	joinedFields     = 2
 	opFields         = 8 // 9 with Observe
 	requestFields    = 4
-	resultFields     = 9 // the ninth is reserved: written 0, read as anything
+	resultFields     = 9 // the ninth is flags (resultCopy); version 1 decoders read an integer there and ignore it
 	responseFields   = 5 // 6 with the acceptor's configuration
 	notifyFields     = 5 // 6 with Changes
-	changeFields     = 4
+	changeFields     = 4 // 5 with Copy
 )
+
+// Flags of a result (its ninth field).
+const resultCopy = 1 // Result.Copy
 
 func (e *encoder) ballot(b quorum.Ballot) {
 	e.fields(ballotFields)
@@ -227,7 +230,11 @@ func (e *encoder) response(r *quorum.Response) {
 		e.value(res.Value)
 		e.duration(res.Remaining)
 		e.uint(res.MaxEpoch)
-		e.uint(0) // reserved (version 1 decoders read an integer here)
+		var flags uint64
+		if res.Copy {
+			flags |= resultCopy
+		}
+		e.uint(flags)
 		e.end()
 	}
 	switch {
@@ -269,11 +276,18 @@ func (e *encoder) notify(n *quorum.Notify) {
 		e.array(len(n.Changes))
 		for i := range n.Changes {
 			c := &n.Changes[i]
-			e.fields(changeFields)
+			if c.Copy {
+				e.fields(changeFields + 1)
+			} else {
+				e.fields(changeFields)
+			}
 			e.str(c.Key)
 			e.ballot(c.Accepted)
 			e.value(c.Value)
 			e.duration(c.Remaining)
+			if c.Copy {
+				e.bool(true)
+			}
 			e.end()
 		}
 	}
@@ -409,7 +423,10 @@ func (l Limits) DecodeResponse(body []byte) (*quorum.Response, error) {
 		res.Value = d.value()
 		res.Remaining = d.duration()
 		res.MaxEpoch = d.uint()
-		d.rest(f, resultFields-1) // the reserved field and any later ones
+		if f >= resultFields {
+			res.Copy = d.uint()&resultCopy != 0 // other bits: flags of later versions
+		}
+		d.rest(f, resultFields) // any later fields
 	}
 	if fields > responseFields && !d.isNil() {
 		r.Members = d.membership()
@@ -449,7 +466,10 @@ func (l Limits) DecodeNotify(body []byte) (*quorum.Notify, error) {
 		for i := 0; i < k && d.err == nil; i++ {
 			f := d.fields(changeFields)
 			c := quorum.Change{Key: d.key(l.MaxKeyLen), Accepted: d.ballot(), Value: d.value(), Remaining: d.duration()}
-			d.rest(f, changeFields)
+			if f > changeFields {
+				c.Copy = d.bool()
+			}
+			d.rest(f, changeFields+1)
 			n.Changes = append(n.Changes, c)
 		}
 	}

@@ -112,7 +112,7 @@ func sampleResponses() []quorum.Response {
 	for i := range 40 {
 		batch.Results = append(batch.Results, quorum.Result{ID: uint64(i + 1), OK: i%2 == 0, Reason: quorum.ReasonPromised,
 			Promised: sampleBallot(uint64(i), "node-3"), Accepted: sampleBallot(2, "node-1"), Value: sampleValue(true),
-			Remaining: time.Duration(i) * time.Second, MaxEpoch: uint64(i) << 30})
+			Remaining: time.Duration(i) * time.Second, MaxEpoch: uint64(i) << 30, Copy: i%3 == 0})
 	}
 	return []quorum.Response{
 		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusWrongConfig},
@@ -130,6 +130,7 @@ func sampleNotifies() []quorum.Notify {
 		{Config: 6, From: "b", To: "a", Changes: []quorum.Change{
 			{Key: "leader/api", Accepted: sampleBallot(9, "a"), Value: sampleValueData(), Remaining: 9 * time.Second},
 			{Key: "jobs#0", Accepted: sampleBallot(10, "c"), Value: sampleValue(false)},
+			{Key: "jobs#1", Accepted: sampleBallot(11, "c"), Value: sampleValue(true), Copy: true},
 		}},
 	}
 }
