@@ -87,7 +87,7 @@ func faultFree(seed int64, voters, proposers, clients, keys int) simConfig {
 	cfg.Proposers, cfg.Clients, cfg.Keys = proposers, clients, keys
 	cfg.Drop, cfg.Dup = 0, 0
 	cfg.Partitions, cfg.OneWay, cfg.Crashes, cfg.FullRestart, cfg.Reconfig = false, false, false, false, false
-	cfg.MajorityCrash, cfg.Retime = false, false
+	cfg.MajorityCrash, cfg.Retime, cfg.Aimed = false, false, false
 	cfg.HealAt = time.Nanosecond // healed from the start: no long tails, waits without a budget
 	cfg.Duration = 6 * time.Second
 	return cfg

@@ -19,8 +19,13 @@ func (s *sim) reconfigure() {
 	if s.healed || s.ended {
 		return
 	}
-	n := s.randomUp(nil)
-	if n == nil || n.node.prop.chg != nil {
+	s.changeFrom(s.randomUp(nil), "")
+}
+
+// changeFrom asks n, if it runs no change, to add or remove one voter, but
+// not to remove keep.
+func (s *sim) changeFrom(n *simNode, keep NodeID) {
+	if n == nil || !n.up || n.node.prop.chg != nil {
 		return
 	}
 	cur := n.node.Membership()
@@ -62,6 +67,9 @@ func (s *sim) reconfigure() {
 			ch.remove = down[s.rand.Intn(len(down))]
 		} else {
 			ch.remove = cur.Voters[s.rand.Intn(len(cur.Voters))]
+		}
+		if ch.remove == keep {
+			return
 		}
 		s.stats.Removes++
 	}
