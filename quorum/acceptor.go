@@ -310,6 +310,7 @@ type acceptorFaults struct {
 	stickyLost              bool // a peer that said it restarted counts as such after it caught up from others
 	copiesVote              bool // a value copied in a catch-up is reported as accepted (no Result.Copy)
 	newVotersOnly           bool // a full restart during a pending change counts the new voters only
+	keepStaleCatchUp        bool // keep what a catch-up merged from a peer that has restarted since
 	ignoreReserved          bool // a restart from disk forgets its epoch mark
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
@@ -322,6 +323,9 @@ type AcceptorStats struct {
 	Dropped uint64
 	// Saves counts the durable state's saves (durable.go).
 	Saves uint64
+	// CatchUpRestarts counts catch-ups begun again because a voter they
+	// had merged from restarted meanwhile (acceptor_recovery.go).
+	CatchUpRestarts uint64
 }
 
 // NewAcceptor returns an acceptor that starts Quarantined.

@@ -163,6 +163,15 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		return resp
 	}
 	a.maybeEndQuarantine()
+	if a.state == CatchingUp {
+		// A voter that asks is in a life of its own: one that started
+		// since it answered this acceptor's catch-up?
+		for _, p := range a.catchUp.peers {
+			if p.id == req.From {
+				a.peerRestarted(p, req.Inc)
+			}
+		}
+	}
 	if a.disk != nil && a.diskErr == nil {
 		resp.Fresh = !a.dur.Voted && !a.amnesiac
 		resp.NewerConfig = a.newerConfigAccepted()
@@ -239,7 +248,11 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 			p = q
 		}
 	}
-	if p == nil || p.done {
+	if p == nil {
+		return
+	}
+	a.peerRestarted(p, resp.Inc)
+	if p.done {
 		return
 	}
 	p.fresh, p.newer, p.newerBallot, p.newerMembers, p.inc = resp.Fresh, resp.NewerConfig, nil, nil, resp.Inc
@@ -305,6 +318,45 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return
 	}
 	a.catchUp.ask(p, a.clock.Now())
+}
+
+// peerRestarted starts the catch-up over if peer p, from which this
+// acceptor has merged registers, is now in another life (incarnation inc):
+// what it handed over came from a life that is gone, and the voters may
+// since have concluded a full restart that counted this acceptor as one
+// with nothing, building a new era whose ballots start below the ones it
+// copied. Carried into that era, a stale copy at its old, higher ballot
+// was the highest a read found: written back over a live grant, it let
+// another node take the key (I1, aimed seed 7223 with 5 voters, memory
+// only: n4 caught up from n2, n2 n0 n3 then crashed and concluded a full
+// restart while n4 still counted n2 done). Every register it merged is
+// dropped (its floors stay: they only go up) and every voter is asked
+// again.
+func (a *Acceptor) peerRestarted(p *peerCatchUp, inc uint64) {
+	if p.inc == 0 || inc == 0 || inc == p.inc || a.faults.keepStaleCatchUp {
+		return
+	}
+	if !p.done && p.next == 0 {
+		p.inc = inc // nothing merged from its earlier life
+		return
+	}
+	for key, r := range a.regs {
+		if key == ConfigKey && a.restored {
+			continue // its own vote, from its disk
+		}
+		a.promiseFloor = maxBallot(a.promiseFloor, maxBallot(r.promise, r.accepted))
+		a.epochFloor = max(a.epochFloor, r.maxEpoch, r.value.Epoch)
+		delete(a.regs, key)
+		a.unlink(r)
+	}
+	now := a.clock.Now()
+	for _, q := range a.catchUp.peers {
+		q.next, q.done, q.recovering, q.answered = 0, false, false, false
+		q.lost = q.lostWith // what it said of restarts with this acceptor stands
+		a.catchUp.ask(q, now)
+	}
+	p.inc = inc
+	a.stats.CatchUpRestarts++
 }
 
 // learnHorizon takes the lease horizon another voter reported: this
