@@ -19,7 +19,11 @@ func (s *sim) reconfigure() {
 	if s.healed || s.ended {
 		return
 	}
-	n := s.randomUp(nil)
+	s.reconfigureFrom(s.randomUp(nil))
+}
+
+// reconfigureFrom asks n, if it is up and idle, to add or remove a voter.
+func (s *sim) reconfigureFrom(n *simNode) {
 	if n == nil || n.node.prop.chg != nil {
 		return
 	}
