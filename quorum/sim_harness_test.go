@@ -93,6 +93,9 @@ type simConfig struct {
 	// majority's restart (sim_aimed_test.go); with Reconfig, the voter
 	// changes are its episodes' alone.
 	Aimed bool
+	// DiskLoss, with Reconfig and Disks, loses voters' disks around voter
+	// changes left unsettled (sim_diskloss_test.go).
+	DiskLoss bool
 	// WallBack sets the wall clocks of the nodes a full restart starts
 	// again an hour back: with disks, tokens must not care.
 	WallBack     bool
@@ -189,6 +192,13 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	// aimed at the windows of voter changes and of a majority's restart
 	// (sim_aimed_test.go); its voter changes come from those alone.
 	cfg.Aimed = seed%11 == 7
+	// A seventh of the seeds that change voters (seed%14 == 10, less those
+	// with a voter without a disk from the start, and the aimed ones)
+	// lose voters' disks around changes left unsettled
+	// (sim_diskloss_test.go).
+	if seed%14 == 10 && !cfg.DisklessVoter && !cfg.Aimed {
+		loseDisks(&cfg)
+	}
 	return cfg
 }
 
@@ -362,6 +372,7 @@ type simNode struct {
 	tickSet bool
 
 	disk    *simDisk // nil without (simConfig.Disks); survives crashes
+	noDisk  bool     // runs without a disk, which it lost (simConfig.DiskLoss)
 	clients []*simClient
 	ops     map[OpID]*simClient
 	holder  map[string]*simClient // key → client holding this node's lease on it
@@ -421,6 +432,7 @@ type sim struct {
 
 	check *simChecker
 	stats simStats
+	loss  *diskLoss // simConfig.DiskLoss
 	trace []string
 	fail  []string
 }
@@ -541,7 +553,7 @@ func (s *sim) start(n *simNode) {
 	// Every node starts from its Config.Voters, the founding voters, or
 	// the configuration its disk kept, and learns a newer one from the
 	// others.
-	if s.cfg.Disks && n.disk == nil && !(s.cfg.DisklessVoter && n.idx == s.cfg.Voters-1) {
+	if s.cfg.Disks && n.disk == nil && !n.noDisk && !(s.cfg.DisklessVoter && n.idx == s.cfg.Voters-1) {
 		n.disk = &simDisk{}
 	}
 	var disk Disk
@@ -707,6 +719,9 @@ func (s *sim) flush(n *simNode) {
 		if rd.Config != nil {
 			s.noteConfig(*rd.Config)
 			n.voter = rd.Config.IsVoter(n.id)
+			if s.loss != nil {
+				s.adoptedInStorm(n, *rd.Config) // before its pushes go out
+			}
 			s.stats.ConfigsAdopted++
 			s.tracef("%s is on configuration %d %v pending=%v prev=%v epoch floor %d", n.id, rd.Config.ID&0xffff, rd.Config.Voters, rd.Config.Pending, rd.Config.Prev, rd.Config.EpochFloor)
 		}
@@ -979,13 +994,16 @@ func (s *sim) scheduleFaults() {
 			s.at(t, s.crashMajority)
 		}
 	}
-	if s.cfg.Reconfig && !s.cfg.Aimed { // aimed runs change voters in their episodes
+	if s.cfg.Reconfig && !s.cfg.Aimed && !s.cfg.DiskLoss { // both make changes of their own
 		for t := s.jitter(800 * time.Millisecond); t < heal; t += s.jitter(1200 * time.Millisecond) {
 			s.at(t, s.reconfigure)
 		}
 	}
 	if s.cfg.Aimed {
 		s.scheduleAimed()
+	}
+	if s.cfg.Reconfig && s.cfg.DiskLoss {
+		s.scheduleDiskLoss(heal)
 	}
 	// Gossip runs all along, faults or not.
 	if s.cfg.Reconfig {

@@ -22,6 +22,9 @@ func (s *sim) reconfigure() {
 	s.changeFrom(s.randomUp(nil), "")
 }
 
+// reconfigureFrom asks n, if it is up and idle, to add or remove a voter.
+func (s *sim) reconfigureFrom(n *simNode) { s.changeFrom(n, "") }
+
 // changeFrom asks n, if it runs no change, to add or remove one voter, but
 // not to remove keep.
 func (s *sim) changeFrom(n *simNode, keep NodeID) {

@@ -1,0 +1,704 @@
+package quorum
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// Disk loss around voter changes (simConfig.DiskLoss): the states in which a
+// restarted voter must weigh its disk against configurations newer than the
+// one it starts on. Every ~0.8s a storm starts a voter change from a random
+// node (mostly one that does not vote), half the time two at once from
+// different nodes, racing for the configuration register. Half the time a
+// driver is cut off 0-3ms after it sends its first accepts (crashed when a
+// majority stays live, so that its accepts still on their way are lost;
+// else isolated): the configuration is left accepted at some voters,
+// chosen or not. As a driver adopts its pending configuration, before its
+// pushes leave, a third of the time it crashes (chosen, adopted by nobody
+// that lives) and two thirds of the time a minority of the voters before
+// it (often as many as a catch-up of the others needs, less one) is
+// stranded for 2-6s: they accepted it and never adopt it, and miss what
+// the others grant meanwhile. Three times in four one of the voters that
+// adopted it then loses its disk.
+//
+// A loss, there or 5-200ms after a storm, restarts a voter from its disk, on
+// a new empty disk, or without one (it then refuses to accept
+// configurations, as the mesh requires of voter changes, until a later loss
+// gives it a new disk); a quarter of the moves to a new disk restart every
+// node at once, each after its own delay (not while a voter runs without a
+// disk). A restarting voter is often cut off from some voters first, or made
+// to reach only the voters stranded last, which know least. A voter that
+// recovered on a new disk restarts again as soon as it votes, three times in
+// four. Each loss sets the wall clocks of later lives an hour back, so that
+// a token granted where the lost votes should have counted falls below an
+// earlier one (I2).
+//
+// The family keeps within what lockmesh claims (README, "The one rule"): a
+// voter loses its disk only while, in every configuration it may find itself
+// in, the other voters that never voted cannot make a majority with it (a
+// new disk's probe counts itself as never having voted, and takes a majority
+// of "never voted" for a brand-new mesh), a majority of the other voters
+// keep their disks, and a majority of the other voters of every
+// configuration a node is on (and of those before a pending change) stays
+// live. The regular driver of voter changes and the random partitions are
+// off in the family: storms make its changes, strands and cut-offs its
+// partitions. Leases are short (400ms), so that restarted voters vote again
+// while those stranded with them are still cut off.
+
+// diskLoss is the family's state in one run.
+type diskLoss struct {
+	Storms, Races, DriversCrashed, DriversCut int
+	Kept, New, None, FullRestarts, Again      int
+	// lost are the voters whose disk went, until they vote again.
+	lost map[*simNode]bool
+	// cuts counts the cutOffs in force on each link.
+	cuts map[[2]int]int
+	// drivers are the nodes driving a storm's change, by life.
+	drivers map[*simNode]uint64
+	// stranded are voters cut off from every other node until
+	// strandedUntil (strand).
+	stranded      []*simNode
+	strandedUntil time.Duration
+}
+
+// strand cuts some of the voters given (not n) off from every other node
+// for a few seconds: they stay on the configuration they have, and miss
+// what the others grant meanwhile. Often they are as many as a catch-up of
+// the others needs, less one.
+func (s *sim) strand(ids []NodeID, n *simNode) {
+	var voters []*simNode
+	for _, id := range ids {
+		if v := s.node(id); v != n {
+			voters = append(voters, v)
+		}
+	}
+	if len(voters) < 2 {
+		return
+	}
+	s.rand.Shuffle(len(voters), func(i, j int) { voters[i], voters[j] = voters[j], voters[i] })
+	size := min(len(ids)/2, len(voters))
+	if s.rand.Intn(2) == 0 {
+		size = 1 + s.rand.Intn(size)
+	}
+	group := voters[:size]
+	d := s.jitter(4 * time.Second)
+	s.loss.stranded, s.loss.strandedUntil = group, s.now+d
+	var rest []*simNode
+	for _, n := range s.nodes {
+		if !slices.Contains(group, n) {
+			rest = append(rest, n)
+		}
+	}
+	s.tracef("voters %v stranded for %v", s.nodeNames(group), d)
+	for _, n := range group {
+		s.cutOff(n, rest, d)
+	}
+}
+
+// amongStale lets v reach, for a while, only the voters stranded last
+// (they missed what the others did while stranded): it joins them while
+// they are stranded, or is cut off from the others soon after. It reports
+// whether there were such voters.
+func (s *sim) amongStale(v *simNode) bool {
+	switch {
+	case len(s.loss.stranded) == 0 || slices.Contains(s.loss.stranded, v) || s.now > s.loss.strandedUntil+2*time.Second:
+		return false
+	case s.now < s.loss.strandedUntil:
+		s.joinStranded(v)
+		return true
+	}
+	var rest []*simNode
+	for _, n := range s.nodes {
+		if !slices.Contains(s.loss.stranded, n) {
+			rest = append(rest, n)
+		}
+	}
+	s.tracef("%s reaches only %v", v.id, s.nodeNames(s.loss.stranded))
+	s.cutOff(v, rest, s.jitter(time.Second))
+	return true
+}
+
+// joinStranded puts v among the stranded voters until they are let go: it
+// reaches them, and nothing else.
+func (s *sim) joinStranded(v *simNode) {
+	var rest []*simNode
+	for _, n := range s.nodes {
+		if !slices.Contains(s.loss.stranded, n) {
+			rest = append(rest, n)
+		} else {
+			delete(s.cut, [2]int{n.idx, v.idx})
+			delete(s.cut, [2]int{v.idx, n.idx})
+		}
+	}
+	s.tracef("%s joins the stranded voters", v.id)
+	s.cutOff(v, rest, s.loss.strandedUntil-s.now)
+}
+
+// scheduleDiskLoss schedules the family's storms until the heal.
+func (s *sim) scheduleDiskLoss(heal time.Duration) {
+	s.loss = &diskLoss{lost: make(map[*simNode]bool), drivers: make(map[*simNode]uint64), cuts: make(map[[2]int]int)}
+	for t := s.jitter(time.Second); t < heal; t += s.jitter(800 * time.Millisecond) {
+		s.at(t, s.lossStorm)
+	}
+}
+
+// lossStorm starts a voter change, or two at once from different nodes,
+// half the time cuts each driver off soon after, and loses a voter's disk
+// while the change may be unsettled.
+func (s *sim) lossStorm() {
+	if s.healed || s.ended {
+		return
+	}
+	s.loss.Storms++
+	busy := func() []*simNode {
+		var ns []*simNode
+		for _, n := range s.nodes {
+			if n.up && n.node.prop.chg != nil {
+				ns = append(ns, n)
+			}
+		}
+		return ns
+	}
+	before := busy()
+	s.reconfigureFrom(s.lossDriver())
+	if s.rand.Intn(2) == 0 {
+		s.loss.Races++
+		s.reconfigureFrom(s.lossDriver())
+	}
+	for _, d := range busy() {
+		if slices.Contains(before, d) {
+			continue
+		}
+		s.loss.drivers[d] = d.inc
+		if s.rand.Intn(2) == 0 {
+			s.cutOnceWriting(d, d.inc, s.now+100*time.Millisecond)
+		}
+	}
+	s.after(5*time.Millisecond+time.Duration(s.rand.Int63n(int64(200*time.Millisecond))), s.loseDisk)
+}
+
+// adoptedInStorm is called as n adopts configuration m, before n sends
+// anything more: if n drives a change of a storm and m is its pending
+// configuration, some voters before it are often stranded now (they may
+// have accepted it; its pushes will not reach them), or n crashes with its
+// pushes on their way (the configuration is chosen and adopted by nobody
+// that lives).
+func (s *sim) adoptedInStorm(n *simNode, m Membership) {
+	if inc, ok := s.loss.drivers[n]; !ok || inc != n.inc || !m.Pending || s.healed {
+		return
+	}
+	delete(s.loss.drivers, n)
+	switch x := s.rand.Intn(3); {
+	case x == 0 && s.mayCrash(n):
+		s.loss.DriversCrashed++
+		inc := n.inc
+		s.at(s.now, func() {
+			if n.inc == inc && n.up {
+				s.crashAndRestart(n)
+			}
+		})
+	case x > 0:
+		s.strand(m.Prev, n)
+		// Three times in four, a voter that adopted it, of those before
+		// it too, loses its disk soon after (and may well restart among
+		// the stranded voters, which did not adopt it).
+		var adopters []*simNode
+		for _, id := range m.Voters {
+			if v := s.node(id); v != n && slices.Contains(m.Prev, id) && !slices.Contains(s.loss.stranded, v) {
+				adopters = append(adopters, v)
+			}
+		}
+		if len(adopters) > 0 && s.rand.Intn(4) > 0 {
+			v := adopters[s.rand.Intn(len(adopters))]
+			s.tracef("%s is to lose its disk", v.id)
+			s.after(20*time.Millisecond+time.Duration(s.rand.Int63n(int64(300*time.Millisecond))), func() { s.loseDiskOf(v) })
+		}
+	}
+}
+
+// lossDriver picks the node to drive a change: mostly one that does not
+// vote, which can crash whatever the voters do.
+func (s *sim) lossDriver() *simNode {
+	var others []*simNode
+	for _, n := range s.nodes {
+		if n.up && !n.voter {
+			others = append(others, n)
+		}
+	}
+	if len(others) > 0 && s.rand.Intn(3) > 0 {
+		return others[s.rand.Intn(len(others))]
+	}
+	return s.randomUp(nil)
+}
+
+// cutOnceWriting cuts d off soon after its change, in d's life inc, sends
+// its first accepts of a configuration: some may land and some not, the
+// configuration may be chosen and adopted by d alone, or its pushes lost.
+func (s *sim) cutOnceWriting(d *simNode, inc uint64, until time.Duration) {
+	if !d.up || d.inc != inc || s.healed || s.ended || s.now > until {
+		return
+	}
+	if c := d.node.prop.chg; c != nil && c.stage < stWrite {
+		s.after(50*time.Microsecond, func() { s.cutOnceWriting(d, inc, until) })
+		return
+	}
+	s.after(time.Duration(s.rand.Int63n(int64(3*time.Millisecond))), func() {
+		if d.inc == inc {
+			s.cutDriver(d)
+		}
+	})
+}
+
+// cutDriver crashes a change's driver (its accepts in flight are lost with
+// it), or cuts it off from every other node for a while.
+func (s *sim) cutDriver(d *simNode) {
+	if !d.up || s.healed || s.ended {
+		return
+	}
+	if s.rand.Intn(3) > 0 && s.mayCrash(d) {
+		s.loss.DriversCrashed++
+		s.crashAndRestart(d)
+		return
+	}
+	s.loss.DriversCut++
+	s.tracef("%s, driving a change, is cut off", d.id)
+	s.cutOff(d, nil, s.jitter(time.Second))
+}
+
+// crashAndRestart crashes a change's driver, and starts it again later.
+func (s *sim) crashAndRestart(d *simNode) {
+	s.tracef("%s, driving a change, crashes", d.id)
+	s.crash(d)
+	s.after(s.jitter(time.Second), func() {
+		if !d.up && !s.ended {
+			s.start(d)
+		}
+	})
+}
+
+// loseDisk restarts a voter from its disk, on a new one or without one, or
+// restarts every node with one voter's disk lost.
+func (s *sim) loseDisk() {
+	if s.healed || s.ended {
+		return
+	}
+	if v := s.lossVictim(); v != nil {
+		s.loseDiskOf(v)
+	}
+}
+
+// loseDiskOf restarts v from its disk, on a new one or without one, or
+// restarts every node with v's disk lost.
+func (s *sim) loseDiskOf(v *simNode) {
+	if s.healed || s.ended || !v.up {
+		return
+	}
+	kind := s.lossKind(v)
+	if kind == "new" && s.rand.Intn(4) == 0 && !slices.ContainsFunc(s.nodes, func(n *simNode) bool { return n.noDisk }) {
+		// (Not with a voter without a disk: the voters before a pending
+		// change could wait for each other for good, see mayLoseDisk.)
+		s.lossFullRestart(v, kind)
+		return
+	}
+	if !s.mayLoseDisk(v) {
+		return
+	}
+	s.crash(v)
+	s.setDisk(v, kind)
+	s.after(time.Duration(s.rand.Int63n(int64(50*time.Millisecond))), func() {
+		if !v.up && !s.ended {
+			s.startAfterLoss(v, kind)
+		}
+	})
+}
+
+// lossVictim picks the voter whose disk goes: mostly one that adopted or
+// accepted the newest configuration (which may have been chosen with its
+// vote), else any voter of a configuration of this era.
+func (s *sim) lossVictim() *simNode {
+	newest := s.m.Version()
+	for _, d := range s.nodes {
+		if d.disk != nil && d.disk.saved != nil {
+			if c := d.disk.saved.Config.Value.Config; c != nil {
+				newest = max(newest, c.Version())
+			}
+		}
+	}
+	var voters, adopters []*simNode
+	for _, n := range s.nodes {
+		if !n.up || !s.everVoter(n.id) {
+			continue
+		}
+		voters = append(voters, n)
+		if slices.Contains(s.loss.stranded, n) && s.now < s.loss.strandedUntil {
+			continue
+		}
+		if m := n.node.Membership(); m.Version() >= newest && m.IsVoter(n.id) && (!m.Pending || slices.Contains(m.Prev, n.id)) {
+			// (Of the voters before a pending change too: those
+			// stranded may make a majority of those with it.)
+			adopters = append(adopters, n)
+		} else if n.disk != nil && n.disk.saved != nil {
+			if c := n.disk.saved.Config.Value.Config; c != nil && c.Version() >= newest {
+				adopters = append(adopters, n)
+			}
+		}
+	}
+	switch {
+	case len(adopters) > 0 && s.rand.Intn(3) > 0:
+		return adopters[s.rand.Intn(len(adopters))]
+	case len(voters) > 0:
+		return voters[s.rand.Intn(len(voters))]
+	}
+	return nil
+}
+
+// lossKind says what v restarts on: "keep" its disk, a "new" empty one
+// (only when every other voter it may ask has voted), or "none".
+func (s *sim) lossKind(v *simNode) string {
+	x := s.rand.Intn(4)
+	switch {
+	case x == 0 || !s.othersKeepDisks(v) || !s.othersVoted(v):
+		return "keep"
+	case x < 3:
+		return "new"
+	case !slices.ContainsFunc(s.nodes, func(n *simNode) bool { return n.noDisk && n != v }):
+		return "none"
+	}
+	return "keep"
+}
+
+// setDisk gives crashed v the disk kind says.
+func (s *sim) setDisk(v *simNode, kind string) {
+	switch kind {
+	case "new":
+		s.loss.New++
+		v.disk, v.noDisk = &simDisk{}, false
+	case "none":
+		s.loss.None++
+		v.disk, v.noDisk = nil, true
+	default:
+		s.loss.Kept++
+		return
+	}
+	s.loss.lost[v] = true
+	s.wallBack += int64(time.Hour / time.Microsecond)
+}
+
+// startAfterLoss starts v after a loss, often cut off from some other
+// voters for a while; one on a new disk may restart again once it votes.
+func (s *sim) startAfterLoss(v *simNode, kind string) {
+	s.tracef("%s restarts after losing its disk (%s)", v.id, kind)
+	// Cut off before it starts: its first messages, and the gossip it
+	// joins with, go through the cuts too.
+	switch x := s.rand.Intn(4); {
+	case x < 2 && s.amongStale(v):
+	case x < 3:
+		s.cutOff(v, s.someVoters(v), s.jitter(time.Second))
+	}
+	s.start(v)
+	if kind == "new" && s.rand.Intn(4) > 0 {
+		s.restartOnceLive(v, v.inc, s.now+5*time.Second)
+	}
+}
+
+// restartOnceLive restarts v, in life inc, from its disk as soon as it
+// votes, before it accepts anything (it recovered on a new disk): its disk
+// must say that it voted.
+func (s *sim) restartOnceLive(v *simNode, inc uint64, until time.Duration) {
+	if !v.up || v.inc != inc || s.healed || s.ended || s.now > until {
+		return
+	}
+	if !liveAcceptor(v) {
+		s.after(200*time.Microsecond, func() { s.restartOnceLive(v, inc, until) })
+		return
+	}
+	if !s.mayLoseDisk(v) {
+		return
+	}
+	s.loss.Again++
+	s.tracef("%s, live on its new disk, restarts from it", v.id)
+	s.crash(v)
+	switch x := s.rand.Intn(4); {
+	case x < 2 && s.amongStale(v):
+	case x < 3:
+		s.cutOff(v, s.someVoters(v), s.jitter(time.Second))
+	}
+	s.start(v)
+}
+
+// lossFullRestart crashes every node and starts each again after its own
+// delay, v on the disk kind says.
+func (s *sim) lossFullRestart(v *simNode, kind string) {
+	s.loss.FullRestarts++
+	s.stats.FullRestarts++
+	s.tracef("full restart, %s's disk: %s", v.id, kind)
+	for _, n := range s.nodes {
+		s.crash(n)
+	}
+	s.check.era++
+	s.setDisk(v, kind)
+	if s.rand.Intn(2) == 0 {
+		s.strand(s.m.Voters, nil)
+	}
+	for _, n := range s.nodes {
+		s.after(50*time.Millisecond+time.Duration(s.rand.Int63n(int64(400*time.Millisecond))), func() {
+			if !n.up && !s.ended {
+				if n == v {
+					s.startAfterLoss(n, kind)
+				} else {
+					s.start(n)
+				}
+			}
+		})
+	}
+}
+
+// cutOff cuts the links between n and the nodes given (every other node
+// when nil), both ways, for d.
+func (s *sim) cutOff(n *simNode, from []*simNode, d time.Duration) {
+	if from == nil {
+		from = s.nodes
+	}
+	var cuts [][2]int
+	for _, o := range from {
+		if o != n {
+			cuts = append(cuts, [2]int{n.idx, o.idx}, [2]int{o.idx, n.idx})
+		}
+	}
+	for _, c := range cuts {
+		s.loss.cuts[c]++
+		s.cut[c] = true
+	}
+	s.after(d, func() {
+		for _, c := range cuts {
+			if s.loss.cuts[c]--; s.loss.cuts[c] == 0 {
+				delete(s.loss.cuts, c)
+				delete(s.cut, c)
+			}
+		}
+	})
+}
+
+// someVoters is a random minority of the other voters of the newest
+// configuration and the one before it (at least one).
+func (s *sim) someVoters(n *simNode) []*simNode {
+	var others []*simNode
+	for _, id := range append(slices.Clone(s.m.Voters), s.m.Prev...) {
+		if o := s.node(id); o != n && !slices.Contains(others, o) {
+			others = append(others, o)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	s.rand.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+	if s.rand.Intn(2) == 0 {
+		// As many as leave it a bare majority with the others.
+		return others[:max(1, (len(others)+1)/2)]
+	}
+	return others[:1+s.rand.Intn(max(1, len(others)/2))]
+}
+
+// everVoter reports whether id is a voter, or was one before a pending
+// change, in a configuration some node is on or would restart on: the
+// configurations a restarted voter may find itself in, and ask.
+func (s *sim) everVoter(id NodeID) bool {
+	in := func(m Membership) bool { return m.IsVoter(id) || slices.Contains(m.Prev, id) }
+	if in(s.boot) || in(s.m) {
+		return true
+	}
+	for _, n := range s.nodes {
+		if n.up && in(n.node.Membership()) {
+			return true
+		}
+		if n.disk != nil && n.disk.saved != nil && in(n.disk.saved.Membership) {
+			return true
+		}
+	}
+	return false
+}
+
+// othersKeepDisks reports whether, without v, a majority of the voters of
+// each configuration v may find itself in keeps its disk: the state of a
+// majority is never lost with disks (the one rule is broken for one voter
+// at a time, as an accident).
+func (s *sim) othersKeepDisks(v *simNode) bool {
+	for _, voters := range s.voterSets() {
+		if !slices.Contains(voters, v.id) {
+			continue
+		}
+		kept := 0
+		for _, id := range voters {
+			if u := s.node(id); u != v && s.keepsDisk(u) {
+				kept++
+			}
+		}
+		if kept < len(voters)/2+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// voterSets are the voters of every configuration a node is on, would
+// restart on, or accepted (with those before each pending one): those a
+// restarted voter may find itself among.
+func (s *sim) voterSets() [][]NodeID {
+	sets := [][]NodeID{s.boot.Voters, s.m.Voters, s.m.Prev}
+	add := func(m Membership) { sets = append(sets, m.Voters, m.Prev) }
+	for _, n := range s.nodes {
+		if n.up {
+			add(n.node.Membership())
+		}
+		if n.disk != nil && n.disk.saved != nil {
+			add(n.disk.saved.Membership)
+			if c := n.disk.saved.Config.Value.Config; c != nil {
+				add(*c)
+			}
+		}
+	}
+	return sets
+}
+
+// keepsDisk reports whether u has a disk and has voted again since it
+// last lost one.
+func (s *sim) keepsDisk(u *simNode) bool {
+	if s.loss.lost[u] && liveAcceptor(u) {
+		delete(s.loss.lost, u)
+	}
+	return u.disk != nil && !s.loss.lost[u]
+}
+
+// othersVoted reports whether so many of the other voters that v may ask
+// have voted (or have no disk, and never say they did not) that those
+// which never voted cannot make a majority with v, in any configuration v
+// may find itself in: only then may v lose its disk. A new disk's probe
+// counts v itself as never having voted, and takes a majority of "never
+// voted" for a brand-new mesh (the README's known limit); a voter without
+// a disk, or one that lost it, must not be one of two voters that forgot
+// at once either.
+func (s *sim) othersVoted(v *simNode) bool {
+	for _, voters := range s.voterSets() {
+		if !slices.Contains(voters, v.id) {
+			continue
+		}
+		fresh := 1 // v
+		for _, id := range voters {
+			if u := s.node(id); u != v && u.disk != nil && (u.disk.saved == nil || !u.disk.saved.Voted) {
+				fresh++
+			}
+		}
+		if fresh >= len(voters)/2+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// mayLoseDisk reports whether v may restart: a majority of the other voters
+// of every configuration a node is on (and of those before it, while it is
+// pending) stays live. A majority of the voters before a pending change
+// that restart together wait for each other for good while the change's
+// next write may have been chosen, which a voter without a disk (which
+// refuses it) leaves half written often: that takes an operator (see
+// DisklessVoter in defaultSimConfig).
+func (s *sim) mayLoseDisk(v *simNode) bool {
+	for _, voters := range s.voterSets() {
+		if !slices.Contains(voters, v.id) {
+			continue
+		}
+		live := 0
+		for _, id := range voters {
+			if u := s.node(id); u != v && liveAcceptor(u) && u.node.acc.Membership().IsVoter(u.id) {
+				live++
+			}
+		}
+		if live < len(voters)/2+1 {
+			return false
+		}
+	}
+	return true
+}
+
+// mayCrash reports whether crashing n leaves a majority of the newest
+// configuration's voters, and while it is pending of those before it, up
+// and live (as crashOne requires).
+func (s *sim) mayCrash(n *simNode) bool {
+	sets := []Membership{s.m}
+	if s.m.Pending {
+		sets = append(sets, Membership{ID: s.m.ID, Voters: s.m.Prev})
+	}
+	for _, m := range sets {
+		if !m.IsVoter(n.id) {
+			continue
+		}
+		notLive := 0
+		for _, id := range m.Voters {
+			if v := s.node(id); !liveAcceptor(v) || !v.node.acc.Membership().IsVoter(v.id) {
+				notLive++
+			}
+		}
+		if notLive+1 > len(m.Voters)-m.Majority() {
+			return false
+		}
+	}
+	return true
+}
+
+// loseDisks turns the family on: voter changes on disks, and no crash of a
+// majority nor a roll of lease settings, for the reasons DisklessVoter has
+// none (defaultSimConfig): a voter may run without a disk.
+func loseDisks(c *simConfig) {
+	c.Reconfig, c.Disks, c.DiskLoss = true, true, true
+	c.Partitions = false // its strands and cut-offs are its partitions
+	// Its own restarts of every node only: one of every node with a voter
+	// without a disk among them waits for good while a change may have
+	// been chosen (see mayLose).
+	c.FullRestart = false
+	// Short leases, and so short quarantines: a restarted voter votes
+	// again while the voters stranded with it are still cut off.
+	c.TTL = 400 * time.Millisecond
+	c.DisklessVoter, c.MajorityCrash, c.Retime = false, false, false
+}
+
+func (s *sim) nodeNames(ns []*simNode) string {
+	var idx []int
+	for _, n := range ns {
+		idx = append(idx, n.idx)
+	}
+	return s.names(idx)
+}
+
+// TestDiskLossReachesItsStates runs the family without faults on a few
+// seeds and checks that it does what it says: racing changes, drivers
+// crashed, voters on new disks and without one, full restarts with a disk
+// lost, and voters that restart again on the disk they recovered on.
+func TestDiskLossReachesItsStates(t *testing.T) {
+	skipUnderRace(t)
+	t.Parallel()
+	var total diskLoss
+	for seed := int64(1); seed <= 10; seed++ {
+		for _, voters := range []int{3, 5} {
+			cfg := defaultSimConfig(seed, voters)
+			loseDisks(&cfg)
+			s := newSim(cfg)
+			s.run()
+			if len(s.fail) > 0 {
+				t.Fatalf("%s", failureReport(s))
+			}
+			l := s.loss
+			total.Races += l.Races
+			total.DriversCrashed += l.DriversCrashed
+			total.New += l.New
+			total.None += l.None
+			total.FullRestarts += l.FullRestarts
+			total.Again += l.Again
+		}
+	}
+	t.Logf("races %d, drivers crashed %d, new disks %d, none %d, full restarts %d, restarted again %d",
+		total.Races, total.DriversCrashed, total.New, total.None, total.FullRestarts, total.Again)
+	if total.Races == 0 || total.DriversCrashed == 0 || total.New == 0 || total.None == 0 || total.FullRestarts == 0 || total.Again == 0 {
+		t.Errorf("the family missed some of its states")
+	}
+}
