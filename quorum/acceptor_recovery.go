@@ -153,7 +153,14 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		Bucket: req.Bucket, List: req.List, Horizon: a.Horizon()}
 	if a.state == Live && a.diskErr == nil {
 		resp.PromiseFloor, resp.EpochFloor = a.promiseFloor, a.epochFloor
-		resp.LostWith = req.Inc != 0 && a.restartedWith[req.From] == req.Inc
+		// To that voter's life it counted, and to its later ones: a voter
+		// that restarted again before it voted has lost as much, and
+		// without this word it could never count this one (with a third
+		// voter gone, the two waited for it for good:
+		// TestAudit8PartnerRestartedAgainNeverCountsTheLiveVoter).
+		if inc := a.restartedWith[req.From]; inc != 0 && req.Inc != 0 {
+			resp.LostWith = req.Inc == inc || (req.Inc > inc && !a.faults.lostWithOneLife)
+		}
 	}
 	if req.Config != a.m.ID {
 		a.stats.WrongConfig++
@@ -706,7 +713,10 @@ func (a *Acceptor) restartedMajority(voters []NodeID) bool {
 		if p.newer != 0 && !a.faults.ignoreNewerConfig {
 			return false
 		}
-		if p.lost && slices.Contains(voters, p.id) {
+		// One that says it went live on this acceptor's word counts once
+		// its registers are merged: what was chosen with it since (with
+		// this acceptor's earlier life, say) is then here too.
+		if p.lost && (!p.lostWith || p.done || a.faults.lostWithOneLife) && slices.Contains(voters, p.id) {
 			n++
 		}
 	}

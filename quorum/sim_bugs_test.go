@@ -100,6 +100,10 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Caught by the aimed seed that found it
 		// (TestCheckerCatchesStaleCatchUp).
 		f.acc.keepStaleCatchUp = true
+	case "lost-with-one-life":
+		// A stall, shown by a scripted run
+		// (TestAudit8PartnerRestartedAgainNeverCountsTheLiveVoter).
+		f.acc.lostWithOneLife = true
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one
