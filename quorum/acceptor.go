@@ -311,7 +311,7 @@ type acceptorFaults struct {
 	copiesVote              bool // a value copied in a catch-up is reported as accepted (no Result.Copy)
 	newVotersOnly           bool // a full restart during a pending change counts the new voters only
 	keepStaleCatchUp        bool // keep what a catch-up merged from a peer that has restarted since
-	lostWithOneLife         bool // LostWith only to the incarnation counted, and counted before its registers are merged
+	lostWithLaterLives      bool // LostWith also to later incarnations of the voter counted (counted once merged)
 	ignoreReserved          bool // a restart from disk forgets its epoch mark
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word

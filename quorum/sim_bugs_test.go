@@ -100,10 +100,10 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Caught by the aimed seed that found it
 		// (TestCheckerCatchesStaleCatchUp).
 		f.acc.keepStaleCatchUp = true
-	case "lost-with-one-life":
-		// A stall, shown by a scripted run
-		// (TestAudit8PartnerRestartedAgainNeverCountsTheLiveVoter).
-		f.acc.lostWithOneLife = true
+	case "lost-with-later-lives":
+		// Caught by the seed that found it
+		// (TestCheckerCatchesLostWithToLaterLives).
+		f.acc.lostWithLaterLives = true
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one
@@ -594,4 +594,15 @@ func replayCatchesOn(t *testing.T, seed int64, voters int, base, bug string, inv
 // keeps it out of a new era).
 func TestCheckerCatchesStaleCatchUp(t *testing.T) {
 	replayCatchesOn(t, 7223, 5, "copies-vote", "keep-stale-catch-up", "I1")
+}
+
+// TestCheckerCatchesLostWithToLaterLives: a voter that went live on a
+// partner's word after a full restart says so (LostWith) to that
+// partner's life only. Said to its later lives too (a fix tried for a
+// stall, in 94197f1), a single restart of the partner, after values had
+// been chosen with its earlier life, passed for a majority's: it went live
+// on the floor, and a read found a granted key free at an epoch never
+// granted (seed 330700 with 3 voters, aimed, I8).
+func TestCheckerCatchesLostWithToLaterLives(t *testing.T) {
+	replayCatches(t, 330700, 3, "lost-with-later-lives", "I8")
 }
