@@ -640,31 +640,6 @@ func (s *sim) mayLoseDisk(v *simNode) bool {
 	return true
 }
 
-// mayCrash reports whether crashing n leaves a majority of the newest
-// configuration's voters, and while it is pending of those before it, up
-// and live (as crashOne requires).
-func (s *sim) mayCrash(n *simNode) bool {
-	sets := []Membership{s.m}
-	if s.m.Pending {
-		sets = append(sets, Membership{ID: s.m.ID, Voters: s.m.Prev})
-	}
-	for _, m := range sets {
-		if !m.IsVoter(n.id) {
-			continue
-		}
-		notLive := 0
-		for _, id := range m.Voters {
-			if v := s.node(id); !liveAcceptor(v) || !v.node.acc.Membership().IsVoter(v.id) {
-				notLive++
-			}
-		}
-		if notLive+1 > len(m.Voters)-m.Majority() {
-			return false
-		}
-	}
-	return true
-}
-
 // loseDisks turns the family on: voter changes on disks, and no crash of a
 // majority nor a roll of lease settings, for the reasons DisklessVoter has
 // none (defaultSimConfig): a voter may run without a disk.

@@ -1080,9 +1080,22 @@ func (s *sim) crashOne() {
 	if !n.up {
 		return
 	}
-	// The newest configuration's voters, and while it is pending the
-	// voters before it, which may still be the only majority holding some
-	// keys.
+	if !s.mayCrash(n) {
+		return
+	}
+	s.crash(n)
+	s.after(s.jitter(time.Second)/4+time.Duration(s.rand.Int63n(int64(time.Second))), func() {
+		if !n.up && !s.ended {
+			s.start(n)
+		}
+	})
+}
+
+// mayCrash reports whether crashing n leaves a majority of the newest
+// configuration's voters, and while it is pending of those before it, up
+// and live (the voters before it may still be the only majority holding some
+// keys).
+func (s *sim) mayCrash(n *simNode) bool {
 	sets := []Membership{s.m}
 	if s.m.Pending {
 		sets = append(sets, Membership{ID: s.m.ID, Voters: s.m.Prev})
@@ -1093,21 +1106,15 @@ func (s *sim) crashOne() {
 		}
 		notLive := 0
 		for _, id := range m.Voters {
-			v := s.node(id)
-			if !v.up || v.node.acc == nil || v.node.acc.State() != Live || !v.node.acc.Membership().IsVoter(v.id) {
+			if v := s.node(id); !liveAcceptor(v) || !v.node.acc.Membership().IsVoter(v.id) {
 				notLive++
 			}
 		}
 		if notLive+1 > len(m.Voters)-m.Majority() {
-			return
+			return false
 		}
 	}
-	s.crash(n)
-	s.after(s.jitter(time.Second)/4+time.Duration(s.rand.Int63n(int64(time.Second))), func() {
-		if !n.up && !s.ended {
-			s.start(n)
-		}
-	})
+	return true
 }
 
 // countForgotten adds the registers n's acceptor dropped to the run's
