@@ -36,9 +36,14 @@ import (
 const (
 	stateFile = "lockmesh-state"
 	lockFile  = "LOCK"
-	// stateFormat is the version of the file's layout this build writes;
-	// it reads no other.
-	stateFormat = 1
+	// stateFormat is the newest version of the file's layout this build
+	// reads and writes. Format 2 adds the voter's quiet lives
+	// (quorum.Durable.Quiet), held only from a restart until the voter
+	// votes again; a file without them is written as format 1, which
+	// earlier builds read, so a rollback finds a file it knows unless the
+	// voter is in the middle of a restart (then it says, clearly, that a
+	// newer lockmesh wrote it).
+	stateFormat = 2
 )
 
 // ErrDataDir is wrapped by every error about the data directory.
@@ -130,7 +135,11 @@ func encodeState(st *savedState) ([]byte, error) {
 		return nil, err
 	}
 	body = append(body, '\n')
-	return append([]byte(header(stateFormat, crc32.ChecksumIEEE(body))), body...), nil
+	format := 1
+	if len(st.State.Quiet) > 0 {
+		format = 2
+	}
+	return append([]byte(header(format, crc32.ChecksumIEEE(body))), body...), nil
 }
 
 func decodeState(b []byte) (*savedState, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lockmesh/lockmesh/lease"
+	"github.com/lockmesh/lockmesh/quorum"
 )
 
 // longTiming is a lease timing whose quarantine (a TTL) is far longer than
@@ -75,6 +76,14 @@ func TestDataDirRestartedVoterQuarantines(t *testing.T) {
 	m := c.addNode("node1", c.names[:3], longTiming)
 	if st := m.Status(); st.VotingState != Quarantined || st.Waiting.Quarantine < 30*time.Second {
 		t.Fatalf("restarted voter: %v, quarantine left %v; want quarantined for about a minute", st.VotingState, st.Waiting.Quarantine)
+	}
+	// Its disk names this life among those that have not voted since
+	// (quorum.Durable.Quiet), so that a peer that counts it may count its
+	// later lives too.
+	d := &dataDir{path: c.dataDir("node1")}
+	st, err := d.load()
+	if err != nil || st == nil || !slices.Equal(st.State.Quiet, []uint64{m.inc}) {
+		t.Fatalf("state file after the restart: %+v, %v; want quiet lives [%d]", st, err, m.inc)
 	}
 }
 
@@ -191,7 +200,7 @@ func TestDataDirRefusesWhatIsNotItsOwn(t *testing.T) {
 		{"another node", good, func() *Config { c := cfgFor("b", []string{"a"}); return c }(), "belongs to node"},
 		{"flipped byte", flip(good), cfgFor("a", []string{"a"}), "corrupt"},
 		{"truncated", good[:len(good)/2], cfgFor("a", []string{"a"}), "corrupt"},
-		{"newer format", bytes.Replace(good, []byte("lockmesh-state 1 "), []byte("lockmesh-state 2 "), 1), cfgFor("a", []string{"a"}), "newer lockmesh"},
+		{"newer format", bytes.Replace(good, []byte("lockmesh-state 1 "), []byte("lockmesh-state 3 "), 1), cfgFor("a", []string{"a"}), "newer lockmesh"},
 		{"not ours", []byte("hello\n{}"), cfgFor("a", []string{"a"}), "corrupt"},
 	}
 	for _, tc := range cases {
@@ -267,5 +276,29 @@ func TestVoterChangesNeedDataDirs(t *testing.T) {
 	}
 	if err := c.nodes[0].AddVoter(ctx, "node2"); !errors.Is(err, ErrBadVoterChange) || !strings.Contains(err.Error(), "node2") {
 		t.Fatalf("adding node2 back, without a data directory: %v", err)
+	}
+}
+
+// A state is written in the oldest format that holds it: format 1, which
+// earlier releases read, unless the voter holds quiet lives (format 2,
+// from a restart until it votes again). This build reads both.
+func TestDataDirFormatOfQuietLives(t *testing.T) {
+	for _, quiet := range [][]uint64{nil, {7, 9}} {
+		st := &savedState{Node: "a", Cluster: "1f", Founders: []string{"a"}, State: quorum.Durable{Voted: true, Quiet: quiet}}
+		b, err := encodeState(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "lockmesh-state 1 "
+		if len(quiet) > 0 {
+			want = "lockmesh-state 2 "
+		}
+		if !bytes.HasPrefix(b, []byte(want)) || bytes.Contains(b, []byte("Quiet")) != (len(quiet) > 0) {
+			t.Errorf("quiet lives %v written as:\n%s", quiet, b)
+		}
+		got, err := decodeState(b)
+		if err != nil || !slices.Equal(got.State.Quiet, quiet) {
+			t.Errorf("quiet lives %v read back as %v, %v", quiet, got, err)
+		}
 	}
 }

@@ -312,6 +312,8 @@ type acceptorFaults struct {
 	newVotersOnly           bool // a full restart during a pending change counts the new voters only
 	keepStaleCatchUp        bool // keep what a catch-up merged from a peer that has restarted since
 	lostWithLaterLives      bool // LostWith also to later incarnations of the voter counted (counted once merged)
+	ignoreQuiet             bool // no LostWith to a later life whose disk says no life since the one counted voted
+	keepQuiet               bool // going live leaves the disk's quiet lives as they are
 	ignoreReserved          bool // a restart from disk forgets its epoch mark
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
@@ -420,6 +422,7 @@ func (a *Acceptor) restore(d *Durable) {
 		a.persistLive()
 		return
 	}
+	a.persistStart()
 	a.learnHorizon(a.dur.Horizon)
 }
 

@@ -97,7 +97,8 @@ func (a *Acceptor) startCatchUp() {
 	a.horizonAsk, a.horizonOut = nil, nil // every answer to the catch-up tells it
 	a.catchUp = &catchUp{
 		buckets: a.cfg.CatchUpBuckets,
-		req:     CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets, Inc: a.cfg.Incarnation},
+		req: CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets, Inc: a.cfg.Incarnation,
+			Quiet: a.quietLives()},
 	}
 	for _, v := range a.m.Voters {
 		if v != a.cfg.ID {
@@ -159,9 +160,13 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		// majority's and go live on the floor without them (seed 330700
 		// with 3 voters, I8; fault lost-with-later-lives). A partner that
 		// restarts again before it votes therefore cannot count this
-		// voter (README: a known stall).
+		// voter unless its disk shows that none of its lives since the
+		// one counted went live (Quiet): then its registers are as gone
+		// as that life's, and nothing was chosen with it since
+		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
 		if inc := a.restartedWith[req.From]; inc != 0 && req.Inc != 0 {
-			resp.LostWith = req.Inc == inc || (req.Inc > inc && a.faults.lostWithLaterLives)
+			resp.LostWith = req.Inc == inc || (req.Inc > inc && a.faults.lostWithLaterLives) ||
+				(slices.Contains(req.Quiet, inc) && !a.faults.ignoreQuiet)
 		}
 	}
 	if req.Config != a.m.ID {
@@ -617,6 +622,35 @@ func (a *Acceptor) copyBallot(b Ballot) Ballot {
 	return Ballot{Counter: c, Incarnation: math.MaxUint64, Node: a.cfg.ID}
 }
 
+// quietLives are the acceptor's earlier lives, from its disk, since the
+// last one that went live (Durable.Quiet, less this one).
+func (a *Acceptor) quietLives() []uint64 {
+	var q []uint64
+	for _, inc := range a.dur.Quiet {
+		if inc != a.cfg.Incarnation {
+			q = append(q, inc)
+		}
+	}
+	return q
+}
+
+// persistStart saves, as an acceptor that voted before starts from its
+// disk, this life among the quiet ones (Durable.Quiet), before it tells
+// any voter that it is recovering from its disk: a voter that counts it
+// as restarted with it may then count its later lives too, so long as
+// none of them goes live. A failed save silences it, as any other.
+func (a *Acceptor) persistStart() {
+	if a.cfg.Incarnation == 0 {
+		return
+	}
+	a.persist(func(d *Durable) {
+		d.Quiet = append(d.Quiet, a.cfg.Incarnation)
+		if n := len(d.Quiet); n > MaxQuietLives {
+			d.Quiet = slices.Delete(d.Quiet, 0, n-MaxQuietLives)
+		}
+	})
+}
+
 // goLive makes the acceptor vote, once what its disk must say is saved.
 func (a *Acceptor) goLive() {
 	a.catchUp = nil
@@ -639,11 +673,16 @@ func (a *Acceptor) goLive() {
 // chosen a grant (I2, TestAudit2NewDiskVoterForgetsItVotedAfterARestart).
 func (a *Acceptor) persistLive() bool {
 	amnesiac := a.amnesiac && !a.faults.forgetAmnesiaVote && !a.dur.Voted
-	if a.disk == nil || (a.restored && a.dur.Membership.ID == a.m.ID && !amnesiac) {
+	quiet := len(a.dur.Quiet) > 0 && !a.faults.keepQuiet
+	if a.disk == nil || (a.restored && a.dur.Membership.ID == a.m.ID && !amnesiac && !quiet) {
 		return a.diskErr == nil
 	}
 	ok := a.persist(func(d *Durable) {
 		d.Membership = a.m.clone()
+		if quiet {
+			// This life votes from now on: no longer a quiet one.
+			d.Quiet = nil
+		}
 		if amnesiac {
 			epoch, counter := a.marks()
 			d.Voted = true

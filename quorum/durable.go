@@ -39,7 +39,11 @@ import (
 //     configuration that was replaced cannot come back by restarts (review
 //     finding 8), and voters that restarted together can tell whether they
 //     are a majority of the newest configuration: after a full restart a
-//     majority of voters, not every one, brings the mesh back.
+//     majority of voters, not every one, brings the mesh back;
+//   - Quiet, the incarnations of its lives since the last one that voted,
+//     each saved as that life starts: a voter that went live counting one
+//     of them as restarted with it (LostWith) may count the later ones as
+//     well, for none of them voted in between (CatchUpRequest.Quiet).
 //
 // An acceptor saves (Disk.Save, which returns once the state is durable)
 // before it answers the message that needs it; if the save fails it stops
@@ -61,7 +65,20 @@ type Durable struct {
 	// Config is the acceptor's own promise and vote on ConfigKey (never a
 	// copy: the register in memory may hold one, see ownNewerConfig).
 	Config DurableRegister
+	// Quiet are the incarnations of the acceptor's lives since the last
+	// one that went live, oldest first, each saved as it started from
+	// this disk after a vote (at most MaxQuietLives of them, the newest):
+	// none of them has voted. Going live empties it, before the first
+	// vote. (Empty, it is left out of a saved file, which an older
+	// release reads as before.)
+	Quiet []uint64 `json:",omitempty"`
 }
+
+// MaxQuietLives bounds Durable.Quiet and CatchUpRequest.Quiet: a voter in a crash loop keeps its
+// newest lives only. One dropped can no longer be matched by a peer that
+// counted it (CatchUpRequest.Quiet), which costs that peer's word, never
+// safety.
+const MaxQuietLives = 8
 
 // DurableRegister is the part of a register that a disk keeps.
 type DurableRegister struct {
@@ -74,6 +91,7 @@ type DurableRegister struct {
 // share slices.
 func (d Durable) clone() Durable {
 	d.Membership = d.Membership.clone()
+	d.Quiet = slices.Clone(d.Quiet)
 	if c := d.Config.Value.Config; c != nil {
 		cc := c.clone()
 		d.Config.Value.Config = &cc
@@ -86,6 +104,8 @@ func (d *Durable) Validate() error {
 	switch {
 	case d.Horizon < 0:
 		return fmt.Errorf("%w: durable state with a negative lease horizon %v", ErrBadConfig, d.Horizon)
+	case len(d.Quiet) > MaxQuietLives:
+		return fmt.Errorf("%w: durable state with %d quiet lives, at most %d", ErrBadConfig, len(d.Quiet), MaxQuietLives)
 	case d.Membership.ID != 0:
 		if err := d.Membership.Validate(); err != nil {
 			return fmt.Errorf("durable state: %w", err)

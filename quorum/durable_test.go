@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 )
@@ -307,5 +308,62 @@ func TestDurableFullRestartConcludedOnAPeersWord(t *testing.T) {
 		case broken && a.State() == Live:
 			t.Errorf("%s: with LostWith ignored a went live all the same: the scenario no longer needs the rule", c.name)
 		}
+	}
+}
+
+// Each life that starts from a disk after a vote saves its incarnation
+// among the quiet lives before it says anything, and names the earlier
+// ones in its catch-up requests; going live empties the list before the
+// first vote, and a crash loop keeps the newest MaxQuietLives only.
+func TestDurableQuietLives(t *testing.T) {
+	m := NewMembership(ClusterID([]NodeID{"a", "b", "c"}), "a", "b", "c")
+	d := &memDisk{saved: &Durable{Voted: true, Horizon: accMaxTTL, Reserved: 500, Ballots: 9, Membership: m}}
+	start := func(inc uint64) (*Acceptor, *fakeClock) {
+		clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
+		cfg := newAccConfig("a", m, clock)
+		cfg.Incarnation, cfg.Disk = inc, d
+		st := d.saved.clone()
+		cfg.Durable = &st
+		a, err := NewAcceptor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a, clock
+	}
+	for inc := uint64(11); inc <= 13; inc++ {
+		start(inc) // a crash loop: each life ends before its quarantine does
+	}
+	if got := d.saved.Quiet; !slices.Equal(got, []uint64{11, 12, 13}) {
+		t.Fatalf("quiet lives on disk after three starts: %v, want [11 12 13]", got)
+	}
+	a, clock := start(14)
+	clock.advance(accQuarantine)
+	a.Tick()
+	var quiet []uint64
+	for _, req := range a.Ready().CatchUps {
+		quiet = req.Quiet
+	}
+	if !slices.Equal(quiet, []uint64{11, 12, 13}) {
+		t.Fatalf("catch-up request names quiet lives %v, want [11 12 13] (its own is Inc)", quiet)
+	}
+	f := &accFixture{t: t, id: "a", a: a, clock: clock, m: m}
+	doneFrom(f, "b")
+	doneFrom(f, "c")
+	if a.State() != Live || len(d.saved.Quiet) != 0 {
+		t.Fatalf("after its catch-up: %v with quiet lives %v on disk; want live with none", a.State(), d.saved.Quiet)
+	}
+	for inc := uint64(20); inc < 20+MaxQuietLives+3; inc++ {
+		start(inc)
+	}
+	if got := d.saved.Quiet; len(got) != MaxQuietLives || got[0] != 23 || got[len(got)-1] != 20+MaxQuietLives+2 {
+		t.Fatalf("quiet lives after a crash loop of %d lives: %v, want the newest %d", MaxQuietLives+3, got, MaxQuietLives)
+	}
+	if err := d.saved.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	bad := d.saved.clone()
+	bad.Quiet = append(bad.Quiet, 99)
+	if err := bad.Validate(); !errors.Is(err, ErrBadConfig) {
+		t.Fatalf("a state with %d quiet lives: %v, want ErrBadConfig", len(bad.Quiet), err)
 	}
 }

@@ -269,6 +269,11 @@ type CatchUpRequest struct {
 	// Inc is the asking acceptor's incarnation (see
 	// CatchUpResponse.LostWith).
 	Inc uint64 `codec:"inc,omitempty"`
+	// Quiet are the asker's earlier incarnations, from its disk, since
+	// its last life that voted (Durable.Quiet): a voter that went live
+	// counting one of them as restarted with it answers LostWith to this
+	// life too. An older responder skips the field and answers as before.
+	Quiet []uint64 `codec:"qt,omitempty"`
 }
 
 // CatchUpResponse carries one bucket of a voter's registers.

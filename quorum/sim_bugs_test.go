@@ -104,6 +104,12 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Caught by the seed that found it
 		// (TestCheckerCatchesLostWithToLaterLives).
 		f.acc.lostWithLaterLives = true
+	case "ignore-quiet":
+		// A stall, shown by a scripted run
+		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
+		f.acc.ignoreQuiet = true
+	case "keep-quiet":
+		f.acc.keepQuiet = true
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one

@@ -70,6 +70,9 @@ func DecodeCatchUp(body []byte) (*quorum.CatchUpRequest, error) {
 	if len(req.Prefix) > MaxPrefixLen || !utf8.ValidString(req.Prefix) {
 		return nil, fmt.Errorf("%w: a listing prefix of %d bytes, or not UTF-8", ErrMalformed, len(req.Prefix))
 	}
+	if len(req.Quiet) > quorum.MaxQuietLives {
+		return nil, fmt.Errorf("%w: %d quiet lives named, at most %d", ErrMalformed, len(req.Quiet), quorum.MaxQuietLives)
+	}
 	return req, nil
 }
 

@@ -324,3 +324,25 @@ func TestCommonVersion(t *testing.T) {
 		}
 	}
 }
+
+// A catch-up request that names more quiet lives than a disk keeps is
+// refused, with a clear error; one that names as many is read whole.
+func TestCatchUpRequestQuietLivesBounded(t *testing.T) {
+	for _, n := range []int{quorum.MaxQuietLives, quorum.MaxQuietLives + 1} {
+		req := &quorum.CatchUpRequest{Config: 1, From: "a", To: "b", Inc: 9, Quiet: make([]uint64, n)}
+		for i := range req.Quiet {
+			req.Quiet[i] = uint64(i + 1)
+		}
+		b, err := Encode(KindCatchUp, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeCatchUp(b)
+		switch {
+		case n <= quorum.MaxQuietLives && (err != nil || len(got.Quiet) != n):
+			t.Errorf("%d quiet lives: %v, %v", n, got, err)
+		case n > quorum.MaxQuietLives && !errors.Is(err, ErrMalformed):
+			t.Errorf("%d quiet lives: got %v, want an ErrMalformed error", n, err)
+		}
+	}
+}
