@@ -194,9 +194,9 @@ func audit10FiveVoters(t *testing.T, bug string) {
 	cfg.Duration, cfg.HealAt = 12*time.Second, 10*time.Second
 	var (
 		liveAC, cAgain, liveB1, liveC2, reads time.Duration
-		cutAC                                bool
-		counted                              map[NodeID]uint64
-		c1, c2                               uint64
+		cutAC                                 bool
+		counted                               map[NodeID]uint64
+		c1, c2                                uint64
 	)
 	cfg.Script = func(s *sim) {
 		n := s.nodes
@@ -304,5 +304,258 @@ func audit10FiveVoters(t *testing.T, bug string) {
 		t.Errorf("with %s no checker caught the reads at B, C and E", bug)
 	case bug != "":
 		t.Logf("caught: %s", firstLine(s.fail[0]))
+	}
+}
+
+// Attack 3: voter changes between the counted life and the later one. A
+// counted B1 in configuration v1 = {A B C}; while B is down, A and C add D
+// and remove C (v3 = {A B D}, keys moved to A and D). B's next life starts
+// on v1 from its disk, adopts v3 from A's answer (saved: the quiet lives
+// stay), and names B1 as quiet: A answers LostWith, and B2 goes live on
+// A's word alone (two of three voters of v3) without catching up from D,
+// to which it is cut off. X has meanwhile taken and released k0..k3 at A
+// and D; A is then cut off and X reads at B2 and D.
+//
+// Result: nothing fires. What was chosen since A went live was chosen
+// without B, by majorities of v1, v2 and v3 that each meet {B D} in D (the
+// changes moved every key to a majority of the new voters: D); B's lives
+// never voted since B1, so v3's {A B} majority that restartedMajority
+// assumes lost is exactly the situation B1 itself would have met had it
+// lived on. With ignore-quiet B2 waits for D until the heal.
+func TestAudit10QuietLivesAcrossVoterChanges(t *testing.T) {
+	for _, bug := range []string{"", "ignore-quiet"} {
+		t.Run("bug="+bug, func(t *testing.T) { audit10Changes(t, bug) })
+	}
+}
+
+func audit10Changes(t *testing.T, bug string) {
+	cfg := faultFree(1, 3, 2, 4, 4)
+	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.Duration, cfg.HealAt = 12*time.Second, 9*time.Second
+	var (
+		liveA, changed, bAgain, liveB2, reads time.Duration
+		counted, b1                           uint64
+		stage                                 int
+	)
+	cfg.Script = func(s *sim) {
+		n := s.nodes
+		A, B, C, D, X := n[0], n[1], n[2], n[3], n[4]
+		s.at(1000*time.Millisecond, func() {
+			for i, h := range X.clients {
+				h.holdTime = 20 * time.Millisecond
+				h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
+			}
+			s.flush(X)
+		})
+		s.at(1300*time.Millisecond, func() {
+			for _, v := range n[:3] {
+				if !v.disk.saved.Voted {
+					t.Fatalf("%s has not voted at 1.3s", v.id)
+				}
+			}
+			cutBoth(s, B.idx, C.idx, true)
+		})
+		s.at(1500*time.Millisecond, func() {
+			s.crash(A)
+			s.crash(B)
+			s.start(A)
+		})
+		s.at(1600*time.Millisecond, func() {
+			s.start(B)
+			b1 = B.inc
+		})
+		var poll func()
+		poll = func() {
+			switch {
+			case stage == 0 && liveAcceptor(A):
+				stage, liveA = 1, s.now
+				counted = audit10Counted(A, B.id)
+				if liveAcceptor(B) {
+					return // B1 voted first: the run does not reach its state
+				}
+				s.crash(B) // down while the voters change
+				changeFrom(t, s, A, simChange{add: D.id})
+			case stage == 1 && slices.Equal(s.m.Voters, []NodeID{A.id, B.id, C.id, D.id}) && !s.m.Pending:
+				stage = 2
+				changeFrom(t, s, A, simChange{remove: C.id})
+			case stage == 2 && slices.Equal(s.m.Voters, []NodeID{A.id, B.id, D.id}) && !s.m.Pending:
+				stage, changed = 3, s.now
+				isolate(s, C.idx, true)
+				for i, h := range X.clients {
+					h.holdTime = 20 * time.Millisecond
+					h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
+				}
+				s.flush(X)
+			case stage == 3:
+				done := 0
+				for _, h := range X.clients {
+					if h.state == cIdle {
+						done++
+					}
+				}
+				if done == len(X.clients) && s.now > changed+100*time.Millisecond {
+					stage, bAgain = 4, s.now
+					cutBoth(s, B.idx, D.idx, true)
+					s.start(B)
+				}
+			case stage == 4 && (liveAcceptor(B) || s.now > bAgain+4*time.Second):
+				stage = 5
+				if liveAcceptor(B) {
+					liveB2 = s.now
+				}
+				reads = s.now
+				cutBoth(s, B.idx, D.idx, false)
+				isolate(s, A.idx, true)
+				for i, h := range X.clients {
+					h.read(fmt.Sprintf("k%d", i))
+				}
+				s.flush(X)
+				return
+			}
+			if s.now < 8*time.Second {
+				s.after(time.Millisecond, poll)
+			}
+		}
+		s.at(1500*time.Millisecond, poll)
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("A votes from %v counting B's life %d (B1 = %d); voters changed to %v by %v; B2 starts at %v, votes from %v; reads at %v",
+		liveA, counted, b1, s.m.Voters, changed, bAgain, liveB2, reads)
+	t.Logf("grants %d, reads %d, changes done %d, keys moved %d, losses %v", s.stats.Grants, s.stats.Reads, s.stats.ChangesDone, s.stats.KeysMoved, s.check.losses)
+	switch {
+	case liveA == 0 || stage < 5:
+		t.Fatalf("the run does not reach its state (stage %d)", stage)
+	case counted != b1:
+		t.Fatalf("A did not count B1")
+	case len(s.fail) > 0:
+		t.Errorf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
+	case bug == "" && liveB2 == 0:
+		t.Errorf("B2 never voted on A's word in v3")
+	case bug != "" && liveB2 != 0:
+		t.Errorf("with %s, B2 voted at %v: the test no longer shows the stall", bug, liveB2)
+	}
+}
+
+// Attack 4: the bounds of the quiet lives. Audit 8's run (three voters,
+// C's machine gone, A votes on B1's word), but B restarts again and again
+// before it votes, or once onto a new, empty disk:
+//
+//   - 7 more lives (B2..B8): the disk holds [B1..B8] (MaxQuietLives = 8),
+//     B8 names B1, and votes on A's word;
+//   - 8 more lives (B2..B9): B1 has dropped off the list, B9 cannot name
+//     it, gets no LostWith, and waits for C until the heal (the stall of
+//     audit 8, after a crash loop: the cost the bound accepts);
+//   - a new disk for B2: it holds no quiet lives (nor a vote: B2 probes,
+//     hears that others voted, and recovers as one that forgot), names
+//     none, and waits for C.
+//
+// No checker fires in any. Dropping lives only withholds a word; nothing
+// names a life it should not.
+func TestAudit10QuietLivesBounds(t *testing.T) {
+	for _, c := range []struct {
+		restarts int
+		newDisk  bool
+		votes    bool
+	}{{7, false, true}, {8, false, false}, {1, true, false}} {
+		t.Run(fmt.Sprintf("restarts=%d/newDisk=%v", c.restarts, c.newDisk), func(t *testing.T) {
+			audit10Bounds(t, c.restarts, c.newDisk, c.votes)
+		})
+	}
+}
+
+func audit10Bounds(t *testing.T, restarts int, newDisk, votes bool) {
+	cfg := faultFree(1, 3, 2, 1, 1)
+	cfg.Disks, cfg.WallBack = true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.Duration, cfg.HealAt = 12*time.Second, 9*time.Second
+	var (
+		liveA, lastStart, liveB time.Duration
+		counted, b1             uint64
+		quiet                   []uint64
+		again                   int
+	)
+	cfg.Script = func(s *sim) {
+		n := s.nodes
+		A, B, C, Y := n[0], n[1], n[2], n[4]
+		s.at(1000*time.Millisecond, func() {
+			h := Y.clients[0]
+			h.holdTime = 50 * time.Millisecond
+			h.acquire("k1", true, time.Second)
+			s.flush(Y)
+		})
+		s.at(1300*time.Millisecond, func() {
+			for _, v := range n[:3] {
+				if !v.disk.saved.Voted {
+					t.Fatalf("%s has not voted at 1.3s", v.id)
+				}
+			}
+			s.crash(C) // gone until the heal
+		})
+		s.at(1500*time.Millisecond, func() {
+			s.crash(A)
+			s.crash(B)
+			s.start(A)
+		})
+		s.at(1600*time.Millisecond, func() {
+			s.start(B)
+			b1 = B.inc
+		})
+		var restart func()
+		restart = func() {
+			if liveAcceptor(B) {
+				t.Fatalf("B voted after %d more lives", again)
+			}
+			s.crash(B)
+			if newDisk {
+				B.disk = nil
+			}
+			s.start(B)
+			again++
+			lastStart = s.now
+			if B.disk.saved != nil {
+				quiet = slices.Clone(B.disk.saved.Quiet)
+			} else {
+				quiet = nil
+			}
+			if again < restarts {
+				s.after(200*time.Millisecond, restart)
+			}
+		}
+		var poll func()
+		poll = func() {
+			if liveA == 0 && liveAcceptor(A) {
+				liveA = s.now
+				counted = audit10Counted(A, B.id)
+				if liveAcceptor(B) {
+					return // B1 voted first: the run does not reach its state
+				}
+				restart()
+			}
+			if liveA != 0 && again == restarts && liveB == 0 && liveAcceptor(B) {
+				liveB = s.now
+			}
+			if s.now < 8*time.Second {
+				s.after(100*time.Microsecond, poll)
+			}
+		}
+		s.at(1500*time.Millisecond, poll)
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("A votes from %v counting B's life %d (B1 = %d); B's last of %d more lives starts at %v with quiet lives %v on its disk; it votes from %v",
+		liveA, counted, b1, again, lastStart, quiet, liveB)
+	switch {
+	case liveA == 0 || again != restarts || counted != b1:
+		t.Fatalf("the run does not reach its state")
+	case len(s.fail) > 0:
+		t.Errorf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
+	case votes && liveB == 0:
+		t.Errorf("B's last life never voted on A's word")
+	case !votes && liveB != 0:
+		t.Errorf("B's last life voted at %v, though it cannot name B1", liveB)
+	case !votes && !newDisk && slices.Contains(quiet, b1):
+		t.Errorf("B1 is still among the quiet lives %v", quiet)
 	}
 }
