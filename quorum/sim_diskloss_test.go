@@ -45,7 +45,9 @@ import (
 // voters; 100-700ms later one of the others loses its disk (a new one or
 // none) as soon as the rules below allow, and restarts among the stranded
 // voters, of which it makes a majority of the configuration before the
-// change: they know only that the change was accepted, some of them.
+// change: they know only that the change was accepted, some of them. On a
+// new disk it restarts again three times in four, once the strand is over
+// and it votes (restartOnceLive).
 //
 // The family keeps within what lockmesh claims (README, "The one rule"): a
 // voter loses its disk only while, in every configuration it may find itself
@@ -858,6 +860,14 @@ func (s *sim) loseDiskAmongStale(v *simNode) {
 			s.joinStranded(v)
 		}
 		s.start(v)
+		if kind == "new" && s.rand.Intn(4) > 0 {
+			// Once the strand is over and it votes (on the
+			// configuration the others adopted), it restarts from its
+			// new disk, and most often reaches only the voters
+			// stranded last.
+			inc, until := v.inc, s.loss.strandedUntil+2*time.Second
+			s.at(s.loss.strandedUntil, func() { s.restartOnceLive(v, inc, until) })
+		}
 	})
 }
 
