@@ -34,6 +34,21 @@ import (
 // a token granted where the lost votes should have counted falls below an
 // earlier one (I2).
 //
+// Half of the family's seeds (simConfig.LostAdopters) run episodes instead
+// of storms, one at a time, each once no change is pending and every voter
+// votes: with an odd number of voters (and a quarter of the time with an
+// even one) a plain change from a node that does not vote; else such a
+// change alone (lostAdopter), half the time with one voter that never
+// hears its driver. As the driver adopts it, half of the voters before it
+// are stranded for 2-6s (the one it removes, and the deaf one, among them),
+// so that it settles, and keys are written, among the others and the new
+// voters; 100-700ms later one of the others loses its disk (a new one or
+// none) as soon as the rules below allow, and restarts among the stranded
+// voters, of which it makes a majority of the configuration before the
+// change: they know only that the change was accepted, some of them. On a
+// new disk it restarts again three times in four, once the strand is over
+// and it votes (restartOnceLive).
+//
 // The family keeps within what lockmesh claims (README, "The one rule"): a
 // voter loses its disk only while, in every configuration it may find itself
 // in, the other voters that never voted cannot make a majority with it (a
@@ -50,12 +65,17 @@ import (
 type diskLoss struct {
 	Storms, Races, DriversCrashed, DriversCut int
 	Kept, New, None, FullRestarts, Again      int
+	Quiet, Halves                             int
 	// lost are the voters whose disk went, until they vote again.
 	lost map[*simNode]bool
 	// cuts counts the cutOffs in force on each link.
 	cuts map[[2]int]int
 	// drivers are the nodes driving a storm's change, by life.
 	drivers map[*simNode]uint64
+	// quiet are the drivers of lostAdopter's changes, by life; deaf is
+	// the voter its driver does not reach, if any.
+	quiet map[*simNode]uint64
+	deaf  *simNode
 	// stranded are voters cut off from every other node until
 	// strandedUntil (strand).
 	stranded      []*simNode
@@ -137,7 +157,17 @@ func (s *sim) joinStranded(v *simNode) {
 
 // scheduleDiskLoss schedules the family's storms until the heal.
 func (s *sim) scheduleDiskLoss(heal time.Duration) {
-	s.loss = &diskLoss{lost: make(map[*simNode]bool), drivers: make(map[*simNode]uint64), cuts: make(map[[2]int]int)}
+	s.loss = &diskLoss{lost: make(map[*simNode]bool), drivers: make(map[*simNode]uint64), quiet: make(map[*simNode]uint64), cuts: make(map[[2]int]int)}
+	if s.cfg.LostAdopters {
+		var next func()
+		next = func() {
+			if !s.healed && !s.ended {
+				s.after(s.lostAdopterEpisode(), next)
+			}
+		}
+		s.at(s.jitter(time.Second), next)
+		return
+	}
 	for t := s.jitter(time.Second); t < heal; t += s.jitter(800 * time.Millisecond) {
 		s.at(t, s.lossStorm)
 	}
@@ -185,6 +215,11 @@ func (s *sim) lossStorm() {
 // pushes on their way (the configuration is chosen and adopted by nobody
 // that lives).
 func (s *sim) adoptedInStorm(n *simNode, m Membership) {
+	if inc, ok := s.loss.quiet[n]; ok && inc == n.inc && m.Pending && !s.healed {
+		delete(s.loss.quiet, n)
+		s.strandHalf(m, n)
+		return
+	}
 	if inc, ok := s.loss.drivers[n]; !ok || inc != n.inc || !m.Pending || s.healed {
 		return
 	}
@@ -667,21 +702,24 @@ func (s *sim) nodeNames(ns []*simNode) string {
 // TestDiskLossReachesItsStates runs the family without faults on a few
 // seeds and checks that it does what it says: racing changes, drivers
 // crashed, voters on new disks and without one, full restarts with a disk
-// lost, and voters that restart again on the disk they recovered on.
+// lost, voters that restart again on the disk they recovered on, and (half
+// the seeds, LostAdopters) half the voters stranded as a change is adopted.
 func TestDiskLossReachesItsStates(t *testing.T) {
 	skipUnderRace(t)
 	t.Parallel()
 	var total diskLoss
-	for seed := int64(1); seed <= 10; seed++ {
+	for seed := int64(1); seed <= 14; seed++ {
 		for _, voters := range []int{3, 5} {
 			cfg := defaultSimConfig(seed, voters)
 			loseDisks(&cfg)
+			cfg.LostAdopters = seed > 10 // and four seeds of episodes
 			s := newSim(cfg)
 			s.run()
 			if len(s.fail) > 0 {
 				t.Fatalf("%s", failureReport(s))
 			}
 			l := s.loss
+			total.Halves += l.Halves
 			total.Races += l.Races
 			total.DriversCrashed += l.DriversCrashed
 			total.New += l.New
@@ -690,9 +728,150 @@ func TestDiskLossReachesItsStates(t *testing.T) {
 			total.Again += l.Again
 		}
 	}
-	t.Logf("races %d, drivers crashed %d, new disks %d, none %d, full restarts %d, restarted again %d",
-		total.Races, total.DriversCrashed, total.New, total.None, total.FullRestarts, total.Again)
-	if total.Races == 0 || total.DriversCrashed == 0 || total.New == 0 || total.None == 0 || total.FullRestarts == 0 || total.Again == 0 {
+	t.Logf("races %d, drivers crashed %d, new disks %d, none %d, full restarts %d, restarted again %d, halves stranded %d",
+		total.Races, total.DriversCrashed, total.New, total.None, total.FullRestarts, total.Again, total.Halves)
+	if total.Races == 0 || total.DriversCrashed == 0 || total.New == 0 || total.None == 0 || total.FullRestarts == 0 || total.Again == 0 || total.Halves == 0 {
 		t.Errorf("the family missed some of its states")
 	}
+}
+
+// lostAdopterEpisode runs one episode of simConfig.LostAdopters, and says
+// how long to wait before the next: while a change is pending, voters are
+// stranded or some voter does not vote, nothing; with an odd number of
+// voters (and now and then with an even one), a plain change from a node
+// that does not vote; else lostAdopter.
+func (s *sim) lostAdopterEpisode() time.Duration {
+	busy := slices.ContainsFunc(s.nodes, func(n *simNode) bool { return n.up && n.node.prop.chg != nil })
+	switch {
+	case busy || s.m.Pending || s.now < s.loss.strandedUntil || !s.allVotersLive():
+		return s.jitter(200 * time.Millisecond)
+	case len(s.m.Voters)%2 != 0 || s.rand.Intn(4) == 0:
+		var others []*simNode
+		for _, n := range s.nodes {
+			if n.up && !n.voter {
+				others = append(others, n)
+			}
+		}
+		if len(others) > 0 {
+			s.reconfigureFrom(others[s.rand.Intn(len(others))])
+		}
+		return s.jitter(600 * time.Millisecond)
+	case s.lostAdopter():
+		return s.loss.strandedUntil - s.now + s.jitter(time.Second)
+	}
+	return s.jitter(200 * time.Millisecond)
+}
+
+// lostAdopter starts a change alone, from a node that does not vote: as
+// the driver adopts it, half of the voters before it are stranded
+// (strandHalf). It reports whether it started one.
+func (s *sim) lostAdopter() bool {
+	var drivers []*simNode
+	for _, n := range s.nodes {
+		if n.up && !n.voter {
+			drivers = append(drivers, n)
+		}
+	}
+	if len(drivers) == 0 {
+		return false
+	}
+	d := drivers[s.rand.Intn(len(drivers))]
+	s.loss.deaf = nil
+	if s.rand.Intn(2) == 0 {
+		// One voter never hears the change's driver: it will not accept
+		// the configuration, and is stranded with those that did.
+		x := s.node(s.m.Voters[s.rand.Intn(len(s.m.Voters))])
+		s.loss.deaf = x
+		s.tracef("%s does not hear %s", x.id, d.id)
+		s.cutOff(x, []*simNode{d}, s.jitter(time.Second))
+	}
+	s.loss.quiet[d] = d.inc
+	s.loss.Quiet++
+	s.tracef("%s starts a change alone", d.id)
+	s.reconfigureFrom(d)
+	return true
+}
+
+// strandHalf strands, as driver n adopts pending configuration m, half of
+// the voters before it (the one it removes among them): with the others
+// and the new voters the change can settle, and keys be written, without
+// them. Then one of the others, which adopted m, loses its disk and
+// restarts among the stranded voters: they and it are a majority of the
+// voters before m, which learned nothing since but that m was accepted.
+func (s *sim) strandHalf(m Membership, n *simNode) {
+	var stay, group []*simNode
+	for _, id := range m.Prev {
+		v := s.node(id)
+		switch {
+		case v == n:
+		case !m.IsVoter(id):
+			group = append(group, v)
+		default:
+			stay = append(stay, v)
+		}
+	}
+	s.rand.Shuffle(len(stay), func(i, j int) { stay[i], stay[j] = stay[j], stay[i] })
+	if i := slices.Index(stay, s.loss.deaf); i > 0 {
+		stay[0], stay[i] = stay[i], stay[0]
+	}
+	for len(group) < len(m.Prev)/2 && len(stay) > 1 {
+		group, stay = append(group, stay[0]), stay[1:]
+	}
+	if len(group) < len(m.Prev)/2 || len(stay) == 0 {
+		return
+	}
+	v := stay[s.rand.Intn(len(stay))]
+	d := s.jitter(4 * time.Second)
+	s.loss.stranded, s.loss.strandedUntil = group, s.now+d
+	s.loss.Halves++
+	var rest []*simNode
+	for _, o := range s.nodes {
+		if !slices.Contains(group, o) {
+			rest = append(rest, o)
+		}
+	}
+	s.tracef("voters %v stranded for %v; %s is to lose its disk", s.nodeNames(group), d, v.id)
+	for _, g := range group {
+		s.cutOff(g, rest, d)
+	}
+	s.after(s.aimedBetween(100*time.Millisecond, 700*time.Millisecond), func() { s.loseDiskAmongStale(v) })
+}
+
+// loseDiskAmongStale restarts v on a new disk or without one, among the
+// voters stranded last, once the family's rules allow it (else it tries
+// again soon, while they are stranded).
+func (s *sim) loseDiskAmongStale(v *simNode) {
+	if s.healed || s.ended || !v.up || s.now > s.loss.strandedUntil-time.Second {
+		return
+	}
+	kind := s.lossKind(v)
+	if kind == "keep" || !s.mayLoseDisk(v) {
+		s.after(50*time.Millisecond, func() { s.loseDiskAmongStale(v) })
+		return
+	}
+	s.crash(v)
+	s.setDisk(v, kind)
+	s.after(time.Duration(s.rand.Int63n(int64(50*time.Millisecond))), func() {
+		if v.up || s.ended {
+			return
+		}
+		s.tracef("%s restarts after losing its disk (%s)", v.id, kind)
+		if s.now < s.loss.strandedUntil {
+			s.joinStranded(v)
+		}
+		s.start(v)
+		if kind == "new" && s.rand.Intn(4) > 0 {
+			// Once the strand is over and it votes (on the
+			// configuration the others adopted), it restarts from its
+			// new disk, and most often reaches only the voters
+			// stranded last.
+			inc, until := v.inc, s.loss.strandedUntil+2*time.Second
+			s.at(s.loss.strandedUntil, func() { s.restartOnceLive(v, inc, until) })
+		}
+	})
+}
+
+// aimedBetween is a random duration in [lo, hi).
+func (s *sim) aimedBetween(lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(s.rand.Int63n(int64(hi-lo)))
 }

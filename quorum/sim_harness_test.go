@@ -96,6 +96,10 @@ type simConfig struct {
 	// DiskLoss, with Reconfig and Disks, loses voters' disks around voter
 	// changes left unsettled (sim_diskloss_test.go).
 	DiskLoss bool
+	// LostAdopters, with DiskLoss, has its storms give way to episodes
+	// in which a voter that adopted a change loses its disk among voters
+	// that did not (sim_diskloss_test.go, lostAdopter).
+	LostAdopters bool
 	// WallBack sets the wall clocks of the nodes a full restart starts
 	// again an hour back: with disks, tokens must not care.
 	WallBack     bool
@@ -198,6 +202,7 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	// (sim_diskloss_test.go).
 	if seed%14 == 10 && !cfg.DisklessVoter && !cfg.Aimed {
 		loseDisks(&cfg)
+		cfg.LostAdopters = seed%28 == 24 // half of them, by episodes
 	}
 	return cfg
 }
