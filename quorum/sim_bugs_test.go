@@ -114,6 +114,11 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
 		f.acc.ignoreQuiet = true
 	case "keep-quiet":
+		// Caught by scripted runs (TestAudit9QuietLivesEndWhenALifeVotes,
+		// TestAudit10FiveVotersQuietLivesEndWhenALifeVotes); no random run
+		// is known to (the disk-loss family never reaches the rule: a
+		// reviewer compared 450 of its runs with ignore-quiet and found
+		// none differ; the aimed family reaches it in 65 of 1,950).
 		f.acc.keepQuiet = true
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
