@@ -135,6 +135,9 @@ type register struct {
 	// copied: accepted and value came from a catch-up, not from an
 	// accept (Result.Copy).
 	copied bool
+	// looks counts the sweeps that looked at the register since a round
+	// last used it (it wraps; see SweepCandidates).
+	looks uint8
 	// until is when this acceptor's exclusion timer for value's grant
 	// runs out, on its own clock; hasTimer is false when value is free, or
 	// a grant this acceptor only learned by a write-back (see Value).
@@ -317,6 +320,7 @@ type acceptorFaults struct {
 	ignoreReserved          bool // a restart from disk forgets its epoch mark
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
+	ownBucketSweeps         bool // sweeps pick the keys of this voter's bucket only, never another's copies
 }
 
 // AcceptorStats counts what an acceptor did.

@@ -590,7 +590,9 @@ func (a *Acceptor) maybeGoLive() {
 // forth with no write between (soak seed 708342). As copies, no two voters
 // agree on them: a round that builds on one writes it first, at a ballot
 // above every one the restarted voters promised (their ballot marks), so
-// that the value it returns is the register's from then on.
+// that the value it returns is the register's from then on. (A sweep
+// finds no two voters agreeing on them either, and writes such a key back
+// before it forgets it: Proposer.maybeWriteBack.)
 //
 // The configuration register of an acceptor restored from its disk is no
 // copy (merge leaves it alone); that of one that lost its disk is, and is

@@ -21,12 +21,20 @@ import "time"
 // value a majority reports (the simulator found this). So a key is
 // forgotten only once every voter holds one free value at one ballot: a
 // voter's node picks its idle free registers (each key is one voter's to
-// pick, by hash), asks every voter what it holds (a peek), and if all
-// agree, tells them all to forget the key at that ballot (OpForget). A
-// voter drops the register only if it still holds exactly that, free, with
-// nobody waiting; afterwards nothing older than that ballot can come back:
-// every voter's register was at it or above, and the floors refuse older
+// pick, by hash; a copy is also the pick of the voter holding it:
+// SweepCandidates),
+// asks every voter what it holds (a peek), and if all agree, tells them
+// all to forget the key at that ballot (OpForget). A voter drops the
+// register only if it still holds exactly that, free, with nobody
+// waiting; afterwards nothing older than that ballot can come back: every
+// voter's register was at it or above, and the floors refuse older
 // writes. While a voter is down nothing is forgotten.
+//
+// If all hold it free but not at one ballot (copies that voters demoted
+// after a majority loss, a register one voter kept when the others forgot
+// the key), the sweep writes the key back first, as a read would, and
+// forgets it at the write's ballot once every voter accepted it (see
+// Proposer.maybeWriteBack).
 //
 // Nor is anything forgotten while a voter change is pending. A voter that
 // restarts then catches up from the voters before the change as well
@@ -61,6 +69,7 @@ func (a *Acceptor) register(key string) *register {
 		a.link(r)
 	}
 	a.touch(r)
+	r.looks = 0
 	return r
 }
 
@@ -144,6 +153,21 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 // more than MaxRegisters or idle longer than RegisterIdle, and droppable
 // here. Each goes to the back of the list of registers by use, to be looked
 // at again later if it is not forgotten.
+//
+// A copy (a register merged in a catch-up, not accepted since) of another
+// voter's bucket is picked too once it outlived a look of this voter's
+// (and then at every fourth look): the voter whose key it is may hold no
+// register of it, and would never sweep it. A voter that goes live after
+// a majority loss need not have copied every bucket before it does: what
+// it missed lives on at the voters it copied from and at those that
+// copied it, for good (TestAudit8DemotedCopiesAreNeverSwept: k0, whose
+// own voter held nothing of it). Copies only: picking every idle key of
+// every bucket would multiply the peeks made while a voter is down (when
+// no forget succeeds) by the number of voters. So a register a voter kept
+// when the others forgot the key (its forget was lost, or it could not
+// drop it then) is still its own voter's to sweep, which never does if it
+// forgot the key: a leak left as it was. Every fourth look, not every
+// one: while a voter is down, copies are peeked at a quarter of the rate.
 func (a *Acceptor) SweepCandidates(n int) []string {
 	if a.state != Live {
 		return nil
@@ -173,10 +197,12 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		if len(a.regs) <= a.cfg.MaxRegisters && now-r.usedAt < a.cfg.RegisterIdle {
 			break
 		}
-		if bucketOf(r.key, uint32(len(a.m.Voters))) == self && a.droppable(r.key, r, now) {
+		own := bucketOf(r.key, uint32(len(a.m.Voters))) == self
+		if (own || (r.copied && r.looks%4 == 1 && !a.faults.ownBucketSweeps)) && a.droppable(r.key, r, now) {
 			keys = append(keys, r.key)
 		}
 		a.touch(r) // looked at again later, forgotten or not
+		r.looks++
 	}
 	// A sweep that found few of what it looked for says that what is over
 	// the cap is in use: the next waits a whole retry interval.

@@ -2,6 +2,8 @@ package quorum
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -157,5 +159,149 @@ func audit8CopiesNeverSwept(t *testing.T, cap int, bug string) {
 	}
 	if left > 0 {
 		t.Errorf("%d registers of 3 free keys idle for 4.5s are still kept by the voters (RegisterIdle 1.5s): copies are never swept", left)
+	}
+}
+
+// Finding 1b, the same rule before 48ca0b0 (not new): voters that go live
+// on a majority loss demote what they copied to a ballot of their own
+// (demoteCopies), so no two voters ever agree on a copied key's ballot,
+// and maybeForgetKey (r.Accepted != first.Accepted) never forgot it
+// either. Five voters n0..n4 with disks; n5 takes and releases k0..k2;
+// n0, n1, n2 restart together at 1.4s (a majority: they go live on each
+// other's word, restartedMajority) and copy from n3 and n4. The copies sit
+// at n1 and n2 at (c-1, MaxUint64, self), the real ballots at n3 and n4,
+// and without the fix none of the three keys is ever swept. Worse, n0,
+// whose bucket k0 is in, went live on the others' word before it copied
+// anything: it holds nothing of k0, and no other voter swept k0 at all.
+//
+// Fixed: a sweep whose peeks find every voter free with no timer, but not
+// at one ballot, writes the key back (an IfFree prepare of every voter, an
+// accept of the highest value) and, once every voter acknowledged it,
+// forgets it at that ballot (maybeWriteBack); and a voter sweeps a copy of
+// a key of another's bucket once the copy outlived one look of its own
+// (SweepCandidates). Faults no-sweep-write-back and own-bucket-sweeps
+// bring the old rules back, and the runs show the keys kept: all three,
+// and k0. As in
+// TestAudit8CopiesAreNeverSwept, every run logs the peeks of the three
+// keys between 3s and 6s, where a sweep storm would show (10 with the
+// fix, 45 under no-sweep-write-back; 5 and 25 over the cap), and the
+// prepares of them, which only sweeps' write-backs send after 1.4s: each
+// key is written back once at most (five prepares, one per voter).
+func TestAudit8DemotedCopiesAreNeverSwept(t *testing.T) {
+	for _, c := range []struct {
+		cap  int
+		bug  string
+		kept []string // the keys some voter still holds at 6s
+	}{
+		{0, "", nil},
+		{0, "no-sweep-write-back", []string{"k0", "k1", "k2"}},
+		{0, "own-bucket-sweeps", []string{"k0"}},
+		{2, "", nil},
+		{2, "no-sweep-write-back", []string{"k1", "k2"}}, // (k0 was dropped before the restart, over the cap)
+	} {
+		t.Run(fmt.Sprintf("cap=%d/bug=%s", c.cap, c.bug), func(t *testing.T) { audit8DemotedNeverSwept(t, c.cap, c.bug, c.kept) })
+	}
+}
+
+func audit8DemotedNeverSwept(t *testing.T, cap int, bug string, want []string) {
+	cfg := faultFree(1, 5, 2, 1, 3)
+	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.MaxRegisters, cfg.RegisterIdle = cap, 1500*time.Millisecond
+	cfg.Duration, cfg.HealAt = 7*time.Second, 6500*time.Millisecond
+	keys := []string{"k0", "k1", "k2"}
+	var at6 []string
+	var kept []string
+	demoted, peeks := 0, 0
+	prepares := map[string]int{} // of each key, by the voters' sweeps
+	cfg.Script = func(s *sim) {
+		n := s.nodes
+		n5 := n[5]
+		s.at(500*time.Millisecond, func() {
+			h := n5.clients[0]
+			h.holdTime = 20 * time.Millisecond
+			h.acquire("k9", true, time.Second)
+			s.flush(n5)
+		})
+		for i, k := range keys {
+			k := k
+			s.at(time.Duration(1000+100*i)*time.Millisecond, func() {
+				h := n5.clients[0]
+				h.holdTime = 20 * time.Millisecond
+				h.acquire(k, true, time.Second)
+				s.flush(n5)
+			})
+		}
+		s.at(1400*time.Millisecond, func() {
+			for _, v := range n[:3] {
+				s.crash(v)
+				s.start(v)
+			}
+			// From now on only sweeps touch the three keys (n5 is done
+			// with them): what the voters answer of them.
+			for _, v := range n[:5] {
+				prev := v.node.answered
+				v.node.answered = func(req *Request, resp *Response) {
+					for _, op := range req.Ops {
+						if !slices.Contains(keys, op.Key) {
+							continue
+						}
+						switch op.Kind {
+						case OpPeek:
+							if s.now >= 3*time.Second {
+								peeks++
+							}
+						case OpPrepare:
+							prepares[op.Key]++
+						}
+					}
+					prev(req, resp)
+				}
+			}
+		})
+		s.at(3000*time.Millisecond, func() {
+			// By now n0..n2 vote again: what they demoted.
+			for _, v := range n[:3] {
+				if !liveAcceptor(v) {
+					t.Fatalf("%s does not vote at 3s", v.id)
+				}
+				for _, k := range keys {
+					if r := v.node.acc.regs[k]; r != nil && r.copied && r.accepted.Incarnation == math.MaxUint64 {
+						demoted++
+					}
+				}
+			}
+		})
+		s.at(6000*time.Millisecond, func() {
+			for _, k := range keys {
+				h, d := audit8Regs(s, k, 5)
+				if h > 0 {
+					kept = append(kept, k)
+				}
+				at6 = append(at6, fmt.Sprintf("%s %v", k, d))
+			}
+		})
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("registers at 6s: %v", at6)
+	t.Logf("prepares of k0..k2 the voters answered from 1.4s (sweeps' write-backs, 5 voters each): %v; peeks between 3s and 6s: %d", prepares, peeks)
+	switch {
+	case len(s.fail) > 0:
+		t.Fatalf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
+	case demoted == 0:
+		t.Fatalf("n0..n2 demoted no copy of k0..k2 by 3s: the run does not reach its state")
+	case bug == "" && len(kept) > 0:
+		t.Errorf("free keys idle for 4.5s (RegisterIdle 1.5s) are still kept by some voter: %v: demoted copies are never swept", kept)
+	case !slices.Equal(kept, want):
+		// Under a fault: the rule before the fix keeps these, for good.
+		t.Errorf("under %s the voters keep %v at 6s, want %v", bug, kept, want)
+	case bug == "no-sweep-write-back" && len(prepares) > 0:
+		t.Errorf("under %s: keys written back: %v", bug, prepares)
+	}
+	for k, c := range prepares {
+		if c > 5 {
+			t.Errorf("%s written back %d times (prepares answered: %d): sweeps write keys back more than once", k, (c+4)/5, c)
+		}
 	}
 }

@@ -377,6 +377,7 @@ type proposerFaults struct {
 	migrateFullTTL          bool            // time a moved lease for a full TTL, not what is left of it
 	forgetOnMajority        bool            // forget a key when a majority holds it free, not every voter
 	forgetAny               bool            // forget a key whatever the voters hold
+	noSweepWriteBack        bool            // a sweep that finds a key free everywhere but on different ballots leaves it (demoted copies are never forgotten)
 	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
 	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
 }
@@ -387,6 +388,10 @@ type ProposerStats struct {
 	// Forgets counts the keys this node dropped whose registers it told
 	// every voter to forget (their release was accepted by all).
 	Forgets uint64
+	// WriteBacks counts the keys a sweep of this node wrote back before
+	// forgetting them: every voter held one free, but not at one ballot
+	// (see maybeWriteBack).
+	WriteBacks uint64
 }
 
 // NewProposer returns a proposer holding no leases.

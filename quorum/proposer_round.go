@@ -24,7 +24,8 @@ const (
 	kindMigrate
 	// kindForget asks every voter what it holds for a key and, when all
 	// hold one free value at one ballot, tells them to forget the key
-	// (see acceptor_registers.go).
+	// (see acceptor_registers.go). When all hold it free but not at one
+	// ballot, it writes the key back first (writeBack).
 	kindForget
 	// kindUpdate writes a new Data into this node's own grant, renewing
 	// the lease as it does (proposer_value.go).
@@ -174,6 +175,7 @@ type op struct {
 	streak    int  // rounds since the acquire last parked (a duel's length)
 	fast      bool // this round skipped the prepare
 	peek      bool // this round only looks (reads)
+	writeBack bool // forget: the voters disagreed, and the key is written back first (maybeWriteBack)
 	noFast    bool // the next round must prepare (to register a watch)
 	unknown   bool // an accept of an unfinished round may have landed
 	wrote     bool // some accept of this operation was sent
@@ -304,9 +306,9 @@ func (p *Proposer) startRound(x *op) {
 	x.noFast = false
 	x.fast = false
 	x.phase = phasePrepare
-	if (x.kind == kindRead && x.attempts == 1) || x.kind == kindForget {
+	if (x.kind == kindRead && x.attempts == 1) || (x.kind == kindForget && !x.writeBack) {
 		// Peek first: most reads find the value chosen and need no ballot.
-		// (A forget only ever peeks.)
+		// (A forget peeks, and prepares only to write the key back.)
 		x.peek = true
 		for i := range p.m.Voters {
 			p.push(i, Op{ID: x.rid, Kind: OpPeek, Key: ks.key})
@@ -319,8 +321,10 @@ func (p *Proposer) startRound(x *op) {
 	watch := acquire && x.opts.Wait
 	x.watched = x.watched || watch
 	for i := range p.m.Voters {
+		// (A forget's write-back asks as an acquire does: it must not
+		// cost a holder, or the waiters a key is handed to, their ballot.)
 		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot,
-			Watch: watch, IfFree: acquire})
+			Watch: watch, IfFree: acquire || x.kind == kindForget})
 	}
 }
 
@@ -417,7 +421,7 @@ func (p *Proposer) push(voter int, o Op) {
 func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 	x.phase = phaseAccept
 	x.proposed = v
-	if x.parent == nil && x.kind != kindRead && x.kind != kindRenew && x.kind != kindUpdate && x.repair == nil {
+	if x.parent == nil && x.kind != kindRead && x.kind != kindRenew && x.kind != kindUpdate && x.kind != kindForget && x.repair == nil {
 		if !slices.Contains(x.attempted, v.Epoch) {
 			x.attempted = append(x.attempted, v.Epoch)
 			x.attemptedAt = append(x.attemptedAt, x.roundStart)
@@ -594,9 +598,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 	x.replies = append(x.replies, reply{from, inc, *res})
 	switch {
 	case x.kind == kindForget:
-		if x.votes.nyes+x.votes.nno == len(x.votes.m.Voters) {
-			p.maybeForgetKey(x)
-		}
+		p.stepForget(x)
 	case x.peek:
 		if x.votes.nyes+x.votes.nno >= x.votes.m.Majority() && !p.maybeConcludeEarly(x) {
 			// No agreement to be seen: read properly, with a ballot.
@@ -693,25 +695,129 @@ func (p *Proposer) forget(key string) {
 	p.enqueue(x, false)
 }
 
+// stepForget moves a forget on once every voter answered its round: the
+// peeks (maybeForgetKey), the write-back's prepare (maybeWriteBack) or its
+// accept (forgetWrittenBack). A write-back that any voter refuses ends at
+// once: someone else is at work on the key (or a voter cannot vote), and
+// the key is theirs, not the sweep's.
+func (p *Proposer) stepForget(x *op) {
+	switch {
+	case x.writeBack && x.votes.nno > 0:
+		p.finish(x, OpResult{})
+	case x.votes.nyes+x.votes.nno < len(x.votes.m.Voters):
+	case x.peek:
+		p.maybeForgetKey(x)
+	case x.phase == phasePrepare:
+		p.maybeWriteBack(x)
+	default:
+		p.forgetWrittenBack(x)
+	}
+}
+
 // maybeForgetKey ends a forget once every voter answered its peek: if all
 // hold one free value at one ballot, with no timer running, each is told
-// to forget the key at that ballot.
+// to forget the key at that ballot. If all hold it free but not at one
+// ballot, the key is written back first (maybeWriteBack).
 func (p *Proposer) maybeForgetKey(x *op) {
 	first := &x.replies[0].res
-	all := true
+	free, one := true, true
 	for i := range x.replies {
 		r := &x.replies[i].res
 		// (A copy counts: every voter answered, and all hold one free
 		// value at one ballot; dropping it loses nothing a read needs.
 		// Refusing copies kept every key a restarted voter copied for
 		// good: TestAudit8CopiesAreNeverSwept.)
-		if !r.OK || r.Accepted != first.Accepted || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
-			all = false
+		if !r.OK || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
+			free = false
+		}
+		if r.Accepted != first.Accepted {
+			one = false
 		}
 	}
-	if all || p.faults.forgetAny || (p.faults.forgetOnMajority && x.votes.nyes >= x.votes.m.Majority()) {
+	switch {
+	case (free && one) || p.faults.forgetAny || (p.faults.forgetOnMajority && x.votes.nyes >= x.votes.m.Majority()):
 		for i := range x.votes.m.Voters {
 			p.push(i, Op{Kind: OpForget, Key: x.ks.key, Ballot: first.Accepted})
+		}
+	case free && !p.faults.noSweepWriteBack && x.ks.key != ConfigKey && !p.m.Pending:
+		// Free everywhere, on different ballots: copies a voter demoted
+		// when it went live after a majority loss (demoteCopies: no two
+		// voters ever agree on one), or a register a voter kept when the
+		// others forgot the key (its forget was lost). Peeks alone would
+		// find them so at every sweep, for good.
+		x.writeBack = true
+		p.startRound(x)
+		return
+	}
+	p.finish(x, OpResult{})
+}
+
+// A sweep's write-back. The voters answered a forget's peeks free, with no
+// timer, but not at one ballot, and a forget needs one (a voter drops only
+// what every voter was seen to hold). So the forget writes the key back as
+// a read that writes back does, and as the key's own release would have:
+// it prepares a fresh ballot at every voter and, if every voter promised
+// it and still holds the key free, has every voter accept the value of the
+// highest ballot they reported. Once every voter acknowledged that, each
+// holds one free value at one ballot, which is what the peeks of the next
+// sweep would find: the forget tells them to forget it at that ballot at
+// once (as a node forgets a release that every voter acknowledged,
+// Proposer.forgettable).
+//
+// Safe as a read's write-back is: the value is the highest every voter
+// reported after promising the ballot, so a value chosen before is that
+// one (and it is free: nothing is written unless every voter reported a
+// free value with no timer). The write changes no epoch (every register
+// keeps the highest epoch it knew, and the drop raises the floors to it),
+// and the ballots and marks are those of any round.
+//
+// It yields to anyone at work on the key: the prepare asks as an acquire
+// does (Op.IfFree: no promise while a lease runs or the key is handed to
+// its waiters), and any refusal, or a reply holding a grant, ends the
+// forget without writing or trying again. An acquire that prepared just
+// before the write-back and has not written yet is the one it can cost a
+// round (its accept finds the higher promise; its next round wins, at
+// once: a first round lost to a promised ballot goes again without
+// backing off).
+//
+// It does not storm. A forget writes back at most once, and only after
+// peeks of every voter; sweeps pick a key only while it is idle and
+// droppable at the sweeping voter, and no oftener than the sweeps come
+// (sweepEvery). A write-back every voter acknowledged ends in the forget;
+// one that did not touched the key at the voters it reached, so that below
+// MaxRegisters it is looked at again only after another RegisterIdle.
+
+// maybeWriteBack sends the write-back's accepts once every voter promised
+// its ballot, if every voter still holds the key free.
+func (p *Proposer) maybeWriteBack(x *op) {
+	for i := range x.replies {
+		if r := &x.replies[i].res; !r.OK || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
+			p.finish(x, OpResult{}) // taken meanwhile: leave it
+			return
+		}
+	}
+	if p.clock.Now() >= x.t0+p.sendWindow(x) || p.m.Pending {
+		// Late; or a voter change began (this node adopted it, and the
+		// round started again under it), and nothing is forgotten while
+		// one is pending: leave it.
+		p.finish(x, OpResult{})
+		return
+	}
+	base, _ := highest(x.replies)
+	incs := make(voterIncs, 0, len(x.replies))
+	for _, r := range x.replies {
+		incs = append(incs, voterInc{r.from, r.inc})
+	}
+	p.stats.WriteBacks++
+	p.sendAccepts(x, base, incs)
+}
+
+// forgetWrittenBack tells every voter to forget the key once every voter
+// accepted the write-back: each then holds its free value at x.ballot.
+func (p *Proposer) forgetWrittenBack(x *op) {
+	if x.votes.nyes == len(x.votes.m.Voters) {
+		for i := range x.votes.m.Voters {
+			p.push(i, Op{Kind: OpForget, Key: x.ks.key, Ballot: x.ballot})
 		}
 	}
 	p.finish(x, OpResult{})

@@ -169,3 +169,115 @@ func TestScenarioReadWritingBackAForgottenKey(t *testing.T) {
 		}
 	}
 }
+
+// demoteCopy puts voter id's register of key at a ballot of its own, as a
+// voter that went live after a majority loss holds what it copied
+// (demoteCopies): no other voter holds the key at that ballot.
+func demoteCopy(c *testCluster, id NodeID, key string) {
+	a := c.node(id).acc
+	r := a.regs[key]
+	r.accepted, r.copied = a.copyBallot(r.accepted), true
+}
+
+// A sweep that finds every voter holding a key free, with no timer, but
+// not at one ballot (c's copy is demoted) writes it back: a prepare of
+// every voter, an accept of the value, and once every voter acknowledged
+// it, the forget at its ballot. Nothing is left of the key, and its next
+// grant's token is above the last. Under no-sweep-write-back the sweep only
+// peeks, and the key is kept (TestAudit8DemotedCopiesAreNeverSwept shows
+// it kept for good).
+func TestScenarioSweepWritesBackDemotedCopiesThenForgets(t *testing.T) {
+	for _, bug := range []bool{false, true} {
+		c := newTestCluster(t, voters3, "p1", "p2")
+		g := c.mustGrant("p1", "k")
+		c.mustRelease("p1", "k", g.Epoch)
+		demoteCopy(c, "c", "k")
+		p2 := c.node("p2").prop
+		p2.faults.noSweepWriteBack = bug
+		mark := len(c.waves)
+		p2.forget("k")
+		c.settle()
+		w := waveKinds(c.wavesSince(mark))
+		kept := 0
+		for _, id := range c.m.Voters {
+			if c.node(id).acc.regs["k"] != nil {
+				kept++
+			}
+		}
+		want := [][]OpKind{{OpPeek}, {OpPrepare}, {OpAccept}, {OpForget}}
+		if bug {
+			want = [][]OpKind{{OpPeek}}
+		}
+		switch {
+		case !slices.EqualFunc(w, want, slices.Equal[[]OpKind]):
+			t.Errorf("bug %v: the sweep sent %v, want %v", bug, w, want)
+		case !bug && kept > 0:
+			t.Errorf("%d voters keep k after the sweep wrote it back", kept)
+		case bug && kept != 3:
+			t.Errorf("under no-sweep-write-back %d voters keep k, want 3", kept)
+		}
+		if got := p2.Stats().WriteBacks; (got == 1) == bug {
+			t.Errorf("bug %v: WriteBacks = %d", bug, got)
+		}
+		if g2 := c.mustGrant("p1", "k"); g2.Epoch <= g.Epoch {
+			t.Errorf("bug %v: k granted at %d after %d: the token went back", bug, g2.Epoch, g.Epoch)
+		}
+	}
+}
+
+// A sweep's write-back yields to a holder: p1 takes the key between the
+// sweep's peeks (which found it free everywhere, c's copy demoted) and its
+// prepare. The prepare asks as an acquire does (IfFree): the voters timing
+// p1's lease promise nothing, and the sweep ends without writing; p1 holds
+// the key at every voter, and renews and releases it on its one-round-trip
+// path as before.
+func TestScenarioSweepWriteBackYieldsToAHolder(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1", "p2")
+	g := c.mustGrant("p1", "k")
+	c.mustRelease("p1", "k", g.Epoch)
+	demoteCopy(c, "c", "k")
+	p2 := c.node("p2").prop
+	p2.forget("k")
+	c.roundTrip() // the peeks
+	rd := p2.Ready()
+	var prepares []Request
+	for _, r := range rd.Requests {
+		r.Ops = slices.Clone(r.Ops)
+		if len(r.Ops) != 1 || r.Ops[0].Kind != OpPrepare || !r.Ops[0].IfFree {
+			t.Fatalf("after the peeks p2 sends %v, want one IfFree prepare per voter", r.Ops)
+		}
+		prepares = append(prepares, r)
+	}
+	if len(prepares) != 3 {
+		t.Fatalf("p2 sends %d prepares after the peeks, want 3", len(prepares))
+	}
+	g2 := c.mustGrant("p1", "k")
+	mark := len(c.answers)
+	for _, r := range prepares {
+		c.deliver(c.node("p2"), r)
+	}
+	c.settle()
+	for _, a := range c.answers[mark:] {
+		for i, op := range a.req.Ops {
+			if op.Key != "k" || a.req.From != "p2" {
+				continue
+			}
+			if res := a.resp.Results[i]; op.Kind != OpPrepare || res.OK || res.Reason != ReasonHeld {
+				t.Errorf("%s answered p2's %v: ok %v reason %d, want only prepares refused (ReasonHeld)", a.req.To, op.Kind, res.OK, res.Reason)
+			}
+		}
+	}
+	if p2.forgetting != 0 || p2.working("k") {
+		t.Errorf("p2's sweep of k has not ended")
+	}
+	for id, r := range c.registers("k") {
+		if !r.Value.heldBy("p1", c.node("p1").inc) || r.Value.Epoch != g2.Epoch || r.Remaining <= 0 {
+			t.Errorf("%s holds %v (timer %v), want p1's grant of epoch %d", id, r.Value, r.Remaining, g2.Epoch)
+		}
+	}
+	mark = len(c.waves)
+	c.mustRelease("p1", "k", g2.Epoch)
+	if w := waveKinds(c.wavesSince(mark)); len(w) != 1 || !slices.Equal(w[0], []OpKind{OpAccept}) {
+		t.Errorf("p1's release after the sweep: %v, want one round trip of accepts", w)
+	}
+}

@@ -160,6 +160,15 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		f.prop.forgetOnMajority = true
 	case "forget-evicted-on-majority":
 		f.prop.forgetEvictedOnMajority = true
+	case "no-sweep-write-back":
+		// Shown by a scripted run (TestAudit8DemotedCopiesAreNeverSwept):
+		// demoted copies are kept for good.
+		f.prop.noSweepWriteBack = true
+	case "own-bucket-sweeps":
+		// Shown by the same run: a key whose own voter holds nothing of
+		// it is kept for good by the voters that copied it, and those
+		// they copied from.
+		f.acc.ownBucketSweeps = true
 	case "forget-while-pending":
 		f.acc.forgetWhilePending = true
 	case "observe-highest":
@@ -542,9 +551,11 @@ func TestCheckerCatchesForgettingEvictedKeysOnMajority(t *testing.T) {
 // it). Soak seed 2007368 with 5 voters found it, in a run that changes
 // voters, and is replayed here: with the rule broken the history of k4 is
 // not linearizable (I8), with it nothing breaks. As for 816052 the run
-// keeps copies reported as votes (copies-vote), as when it was found.
+// keeps copies reported as votes (copies-vote), and sweeps as they were
+// (no-sweep-write-back, own-bucket-sweeps: with either rule of today the
+// run takes another path), as when it was found.
 func TestCheckerCatchesReadEmptyEpoch(t *testing.T) {
-	replayCatchesOn(t, 2007368, 5, "copies-vote", "read-empty-epoch", "I8")
+	replayCatchesOn(t, 2007368, 5, "copies-vote+no-sweep-write-back+own-bucket-sweeps", "read-empty-epoch", "I8")
 }
 
 // brokeRule checks a scripted run made with a rule broken on purpose

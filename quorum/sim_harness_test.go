@@ -451,17 +451,18 @@ type simStats struct {
 	Changes, ChangesDone, ChangesFailed, ChangesRefused int
 	Adds, Removes, KeysMoved, Joins, ConfigsAdopted     int
 	Forgotten                                           int // registers voters dropped
+	WrittenBack                                         int // keys sweeps wrote back to forget them
 	Updates                                             int // values written by holders
 }
 
 func (st simStats) String() string {
 	return fmt.Sprintf("msgs=%d dropped=%d dup=%d cut=%d tail=%d | partitions=%d oneway=%d crashes=%d fullrestarts=%d | "+
 		"grants=%d releases=%d renewals=%d lost=%d reads=%d writes=%d staleRefused=%d lateWrites=%d cancels=%d unknown=%d noquorum=%d locked=%d | "+
-		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d | forgotten=%d",
+		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d | forgotten=%d writtenBack=%d",
 		st.Messages, st.Dropped, st.Duplicated, st.Cut, st.Delayed, st.Partitions, st.OneWayCuts, st.Crashes, st.FullRestarts,
 		st.Grants, st.Releases, st.Renewals, st.Lost, st.Reads, st.Writes, st.StaleWritesRefused, st.LateWrites, st.Cancels, st.Unknowns, st.NoQuorum, st.Locked,
 		st.Changes, st.ChangesDone, st.ChangesFailed, st.ChangesRefused, st.Adds, st.Removes, st.KeysMoved, st.Joins, st.ConfigsAdopted,
-		st.Forgotten)
+		st.Forgotten, st.WrittenBack)
 }
 
 func newSim(cfg simConfig) *sim {
@@ -1122,11 +1123,13 @@ func (s *sim) mayCrash(n *simNode) bool {
 	return true
 }
 
-// countForgotten adds the registers n's acceptor dropped to the run's
-// statistics (at its crash, or the end of the run).
+// countForgotten adds the registers n's acceptor dropped, and the keys its
+// sweeps wrote back, to the run's statistics (at its crash, or the end of
+// the run).
 func (s *sim) countForgotten(n *simNode) {
 	if n.node != nil && n.node.acc != nil {
 		s.stats.Forgotten += int(n.node.acc.Stats().Dropped)
+		s.stats.WrittenBack += int(n.node.prop.Stats().WriteBacks)
 	}
 }
 
