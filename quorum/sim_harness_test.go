@@ -255,73 +255,6 @@ func (c simConfig) healAt() time.Duration {
 	return c.Duration * 3 / 5
 }
 
-type event struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
-	// msg, when set, is a message to deliver instead of fn: a struct of
-	// its own, not a closure, as most events are messages.
-	msg *delivery
-}
-
-// delivery is one copy of a message on its way. It reaches only the
-// incarnations it was sent between, as over a TCP connection.
-type delivery struct {
-	from, to       *simNode
-	fromInc, toInc uint64
-	msg            Message
-}
-
-// eventHeap is the simulator's queue of events, earliest first (ties in
-// the order they were scheduled): a heap of its own rather than
-// container/heap's, which boxes every event it moves in and out.
-type eventHeap []event
-
-func (h eventHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-
-func (h *eventHeap) push(e event) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
-			break
-		}
-		q[i], q[parent] = q[parent], q[i]
-		i = parent
-	}
-}
-
-func (h *eventHeap) pop() event {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q[last] = event{} // let the closure go
-	q = q[:last]
-	for i := 0; ; {
-		l, r, least := 2*i+1, 2*i+2, i
-		if l < len(q) && q.less(l, least) {
-			least = l
-		}
-		if r < len(q) && q.less(r, least) {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		q[i], q[least] = q[least], q[i]
-		i = least
-	}
-	*h = q
-	return top
-}
-
 // simClock is one node's clock: it runs at its own rate and starts from its
 // own origin after every restart; its wall clock is skewed.
 type simClock struct {
@@ -414,7 +347,7 @@ type sim struct {
 	rand   *rand.Rand
 	now    time.Duration
 	seq    uint64
-	events eventHeap
+	events eventQueue
 	nodes  []*simNode
 	// boot is the configuration every node starts with (its Config.Voters,
 	// the founding voters); m is the newest configuration any node adopted
@@ -429,6 +362,11 @@ type sim struct {
 	nextRef  uint64 // numbers the requests delivered (Message.Ref)
 	healed   bool
 	ended    bool
+
+	// spareOps and spareResults are the slices of messages delivered or
+	// lost, to copy later messages into.
+	spareOps     [][]Op
+	spareResults [][]Result
 
 	check *simChecker
 	stats simStats
@@ -482,7 +420,7 @@ func newSim(cfg simConfig) *sim {
 
 func (s *sim) at(t time.Duration, fn func()) {
 	s.seq++
-	s.events.push(event{at: t, seq: s.seq, fn: fn})
+	s.events.push(t, s.seq, event{fn: fn})
 }
 
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
@@ -518,16 +456,21 @@ func (s *sim) run0() {
 	}
 	s.at(s.cfg.healAt(), s.heal)
 	s.at(s.cfg.Duration, func() { s.ended = true })
-	for len(s.events) > 0 && !s.ended {
-		e := s.events.pop()
-		s.now = e.at
-		if d := e.msg; d != nil {
-			if d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
+	for s.events.len() > 0 && !s.ended {
+		var e event
+		s.now, e = s.events.pop()
+		switch {
+		case e.deliver.to != nil:
+			if d := &e.deliver; d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
 				s.deliver(d.to, d.msg)
+			} else {
+				s.recycle(d.msg)
 			}
-			continue
+		case e.tick != nil:
+			s.tick(e.tick, e.gen)
+		default:
+			e.fn()
 		}
-		e.fn()
 	}
 }
 
@@ -774,15 +717,25 @@ func (s *sim) deliver(to *simNode, msg Message) {
 	}
 	to.node.Step(&msg)
 	// As the mesh does: a request's operations and a response's results
-	// are decoded into again once Step returns. Cleared here, so that
-	// every run checks that the node kept no reference to them.
-	if r := msg.Request; r != nil {
-		clear(r.Ops)
-	}
-	if r := msg.Response; r != nil {
-		clear(r.Results)
-	}
+	// are decoded into again once Step returns. Cleared here, and later
+	// messages copied into them, so that every run checks that the node
+	// kept no reference to them.
+	s.recycle(msg)
 	s.flush(to)
+}
+
+// recycle keeps a delivered or lost message's operations or results,
+// cleared, for copyMessage to copy later messages into, as the mesh decodes
+// into them again.
+func (s *sim) recycle(msg Message) {
+	if r := msg.Request; r != nil && r.Ops != nil {
+		clear(r.Ops)
+		s.spareOps = append(s.spareOps, r.Ops)
+	}
+	if r := msg.Response; r != nil && r.Results != nil {
+		clear(r.Results)
+		s.spareResults = append(s.spareResults, r.Results)
+	}
 }
 
 // answered checks every answer of every node to a ballot request, its own
@@ -803,16 +756,18 @@ func (s *sim) answered(n *simNode, req *Request, resp *Response) {
 	}
 }
 
-// cloneMessage copies a message, its payload and every slice in it.
-func cloneMessage(m Message) Message {
+// copyMessage copies a message, its payload and every slice in it: a
+// request's operations and a response's results into slices that earlier
+// messages left (recycle).
+func (s *sim) copyMessage(m Message) Message {
 	if r := m.Request; r != nil {
 		c := *r
-		c.Ops = slices.Clone(r.Ops)
+		c.Ops = copyInto(&s.spareOps, r.Ops)
 		m.Request = &c
 	}
 	if r := m.Response; r != nil {
 		c := *r
-		c.Results = slices.Clone(r.Results)
+		c.Results = copyInto(&s.spareResults, r.Results)
 		c.Members = cloneMembers(r.Members)
 		m.Response = &c
 	}
@@ -839,6 +794,23 @@ func cloneMessage(m Message) Message {
 	return m
 }
 
+// copyInto copies src into the last of spare, or a new slice when spare is
+// empty; nil stays nil.
+func copyInto[T any](spare *[][]T, src []T) []T {
+	if src == nil {
+		return nil
+	}
+	var dst []T
+	if n := len(*spare); n > 0 {
+		dst = (*spare)[n-1]
+		(*spare)[n-1] = nil
+		*spare = (*spare)[:n-1]
+	} else {
+		dst = make([]T, 0, len(src))
+	}
+	return append(dst[:0], src...)
+}
+
 func cloneMembers(m *Membership) *Membership {
 	if m == nil {
 		return nil
@@ -861,15 +833,19 @@ func (s *sim) scheduleTick(n *simNode) {
 	}
 	n.tickGen++
 	n.tickAt, n.tickSet = at, true
-	gen := n.tickGen
-	s.at(at, func() {
-		if n.tickGen != gen || !n.up {
-			return
-		}
-		n.tickSet = false
-		n.node.Tick()
-		s.flush(n)
-	})
+	s.seq++
+	s.events.push(at, s.seq, event{tick: n, gen: n.tickGen})
+}
+
+// tick ticks n, unless a later scheduleTick moved its tick (gen is no
+// longer its tick generation) or it crashed.
+func (s *sim) tick(n *simNode, gen uint64) {
+	if n.tickGen != gen || !n.up {
+		return
+	}
+	n.tickSet = false
+	n.node.Tick()
+	s.flush(n)
 }
 
 func (s *sim) node(id NodeID) *simNode {
@@ -903,8 +879,8 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
 	s.route(from, to, func(d time.Duration) {
 		s.seq++
-		s.events.push(event{at: s.now + d, seq: s.seq, msg: &delivery{
-			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: cloneMessage(msg)}})
+		s.events.push(s.now+d, s.seq, event{deliver: delivery{
+			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}})
 	})
 }
 
