@@ -304,6 +304,9 @@ type simNode struct {
 	tickAt  time.Duration
 	tickSet bool
 
+	name    string // holderName, of life nameInc
+	nameInc uint64
+
 	disk    *simDisk // nil without (simConfig.Disks); survives crashes
 	noDisk  bool     // runs without a disk, which it lost (simConfig.DiskLoss)
 	clients []*simClient
@@ -339,7 +342,23 @@ type simChange struct {
 	add, remove NodeID
 }
 
-func (n *simNode) holderName() string { return fmt.Sprintf("%s/%d", n.id, n.inc) }
+// holderName names n's current life as a holder: holderName(n.id, n.inc),
+// formatted once per life.
+func (n *simNode) holderName() string {
+	if n.name == "" || n.nameInc != n.inc {
+		n.name, n.nameInc = holderName(n.id, n.inc), n.inc
+	}
+	return n.name
+}
+
+// holderName is holderName(id, inc), that of a node's current life
+// formatted once.
+func (s *sim) holderName(id NodeID, inc uint64) string {
+	if n := s.lookup(id); n != nil && n.inc == inc {
+		return n.holderName()
+	}
+	return holderName(id, inc)
+}
 
 // sim is one run.
 type sim struct {
@@ -851,6 +870,15 @@ func (s *sim) tick(n *simNode, gen uint64) {
 func (s *sim) node(id NodeID) *simNode {
 	// (Not fmt.Sscanf: a tenth of the simulator's time went there.)
 	i, _ := strconv.Atoi(strings.TrimPrefix(string(id), "n"))
+	return s.nodes[i]
+}
+
+// lookup is the node named id, or nil when no node is.
+func (s *sim) lookup(id NodeID) *simNode {
+	i, err := strconv.Atoi(strings.TrimPrefix(string(id), "n"))
+	if err != nil || i < 0 || i >= len(s.nodes) || s.nodes[i].id != id {
+		return nil
+	}
 	return s.nodes[i]
 }
 
