@@ -433,7 +433,7 @@ func (k *simChecker) handoverBound() time.Duration { return 8 * k.s.cfg.RoundTim
 // every lease of the faulty period has ended.
 func (k *simChecker) settled() bool {
 	longest := k.s.cfg.timingOf(k.s.cfg.longestTTL())
-	return k.healedAt >= 0 && k.s.now > k.healedAt+longest.Quarantine()+2*longest.TTL
+	return k.healedAt >= 0 && k.s.now > k.healedAt+k.s.quarantineOf(longest)+2*longest.TTL
 }
 
 // freed records a release of key, for the hand-over check, when a client
@@ -625,7 +625,7 @@ func (k *simChecker) livenessBound() time.Duration {
 	clients := time.Duration(len(k.s.nodes) * cfg.Clients)
 	perTurn := 50*time.Millisecond + 12*cfg.RoundTimeout
 	longest := cfg.timingOf(cfg.longestTTL())
-	return longest.Quarantine() + 2*longest.TTL + clients*perTurn + cfg.LivenessSlop
+	return k.s.quarantineOf(longest) + 2*longest.TTL + clients*perTurn + cfg.LivenessSlop
 }
 
 // final runs the checks that need the whole run: pending waits (I9) and

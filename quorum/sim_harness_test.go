@@ -240,6 +240,39 @@ func (c simConfig) holderTTLOf(ttl time.Duration) time.Duration {
 	return c.timingOf(ttl).HolderTTL()
 }
 
+// leaseMemo keeps the lease arithmetic of the few timings a run uses: it
+// works in big integers, and the checker asks for it at every release.
+type leaseMemo struct {
+	quarantine map[lease.Timing]time.Duration
+	holderTTL  map[holderTTLKey]time.Duration
+}
+
+type holderTTLKey struct {
+	t   lease.Timing
+	bug string
+}
+
+// quarantineOf is t.Quarantine().
+func (s *sim) quarantineOf(t lease.Timing) time.Duration {
+	q, ok := s.memo.quarantine[t]
+	if !ok {
+		q = t.Quarantine()
+		s.memo.quarantine[t] = q
+	}
+	return q
+}
+
+// holderTTLOf is s.cfg.holderTTLOf(ttl).
+func (s *sim) holderTTLOf(ttl time.Duration) time.Duration {
+	k := holderTTLKey{s.cfg.timingOf(ttl), s.cfg.Bug}
+	d, ok := s.memo.holderTTL[k]
+	if !ok {
+		d = s.cfg.holderTTLOf(ttl)
+		s.memo.holderTTL[k] = d
+	}
+	return d
+}
+
 // longestTTL is the longest TTL any life of the run uses.
 func (c simConfig) longestTTL() time.Duration {
 	if c.Retime {
@@ -387,6 +420,7 @@ type sim struct {
 	spareOps     [][]Op
 	spareResults [][]Result
 
+	memo  leaseMemo
 	check *simChecker
 	stats simStats
 	loss  *diskLoss // simConfig.DiskLoss
@@ -422,6 +456,7 @@ func newSim(cfg simConfig) *sim {
 		rand:    rand.New(rand.NewSource(cfg.Seed)),
 		cut:     make(map[[2]int]bool),
 		nextInc: 1,
+		memo:    leaseMemo{make(map[lease.Timing]time.Duration), make(map[holderTTLKey]time.Duration)},
 	}
 	var voters []NodeID
 	for i := 0; i < cfg.Voters+cfg.Proposers; i++ {
@@ -528,7 +563,7 @@ func (s *sim) start(n *simNode) {
 		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
 		MaxIdleKeys: s.cfg.MaxIdleKeys,
-		MaxTTL:      n.ttl, Quarantine: s.cfg.timingOf(n.ttl).Quarantine(), CatchUpBuckets: 4,
+		MaxTTL:      n.ttl, Quarantine: s.quarantineOf(s.cfg.timingOf(n.ttl)), CatchUpBuckets: 4,
 		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
 		MaxRegisters: s.cfg.MaxRegisters, RegisterIdle: s.cfg.RegisterIdle,
 		faults: s.nodeFaults(n),
