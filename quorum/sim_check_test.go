@@ -42,6 +42,10 @@ type simChecker struct {
 	// per operation checked).
 	incs    map[accKey]*incRec
 	ballots map[ballotKey]*ballotRec
+	// The records, carved from slabs.
+	incRecs    slab[incRec]
+	ballotRecs slab[ballotRec]
+	wroteRecs  slab[wroteRec]
 	// chosen lists, per key, each ballot when it reached a majority.
 	chosen map[string][]chosenAt
 	// wrote is, for each write, the highest ballot at which its writer
@@ -180,7 +184,7 @@ func (k *simChecker) inc(node NodeID, inc uint64, key string) *incRec {
 	ak := accKey{node, inc, key}
 	r := k.incs[ak]
 	if r == nil {
-		r = new(incRec)
+		r = k.incRecs.new()
 		k.incs[ak] = r
 	}
 	return r
@@ -191,7 +195,7 @@ func (k *simChecker) ballot(key string, b Ballot) *ballotRec {
 	bk := ballotKey{key, b}
 	r := k.ballots[bk]
 	if r == nil {
-		r = new(ballotRec)
+		r = k.ballotRecs.new()
 		k.ballots[bk] = r
 	}
 	return r
@@ -282,7 +286,9 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 		if w := k.wrote[wk]; w != nil {
 			w.ballot = maxBallot(w.ballot, op.Ballot)
 		} else {
-			k.wrote[wk] = &wroteRec{ballot: op.Ballot, first: k.s.now}
+			w = k.wroteRecs.new()
+			w.ballot, w.first = op.Ballot, k.s.now
+			k.wrote[wk] = w
 		}
 		acc.promised = maxBallot(op.Ballot, op.Next)
 	}

@@ -33,6 +33,11 @@ type eventQueue struct {
 	heap  []eventKey
 	slots []event
 	free  []int32
+	// end, once ending, is when the run ends: an event after it would
+	// never run, and is not kept (messages an aimed cut delays by an hour
+	// made the heap of some runs thousands of events deep).
+	end    time.Duration
+	ending bool
 }
 
 type eventKey struct {
@@ -50,8 +55,17 @@ func (a eventKey) before(b eventKey) bool {
 
 func (q *eventQueue) len() int { return len(q.heap) }
 
+// endAt says that the run ends at end: no event after it will run.
+func (q *eventQueue) endAt(end time.Duration) { q.end, q.ending = end, true }
+
+// keeps reports whether an event at at would be kept (it may run).
+func (q *eventQueue) keeps(at time.Duration) bool { return !q.ending || at <= q.end }
+
 // push schedules e at at; seq orders events of one moment.
 func (q *eventQueue) push(at time.Duration, seq uint64, e event) {
+	if !q.keeps(at) {
+		return
+	}
 	var slot int32
 	if n := len(q.free); n > 0 {
 		slot = q.free[n-1]

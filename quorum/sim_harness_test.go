@@ -416,9 +416,12 @@ type sim struct {
 	ended    bool
 
 	// spareOps and spareResults are the slices of messages delivered or
-	// lost, to copy later messages into.
+	// lost, to copy later messages into; requests and responses are where
+	// the copies of the messages themselves are made.
 	spareOps     [][]Op
 	spareResults [][]Result
+	requests     slab[Request]
+	responses    slab[Response]
 
 	memo  leaseMemo
 	check *simChecker
@@ -510,6 +513,7 @@ func (s *sim) run0() {
 	}
 	s.at(s.cfg.healAt(), s.heal)
 	s.at(s.cfg.Duration, func() { s.ended = true })
+	s.events.endAt(s.cfg.Duration)
 	for s.events.len() > 0 && !s.ended {
 		var e event
 		s.now, e = s.events.pop()
@@ -815,15 +819,17 @@ func (s *sim) answered(n *simNode, req *Request, resp *Response) {
 // messages left (recycle).
 func (s *sim) copyMessage(m Message) Message {
 	if r := m.Request; r != nil {
-		c := *r
+		c := s.requests.new()
+		*c = *r
 		c.Ops = copyInto(&s.spareOps, r.Ops)
-		m.Request = &c
+		m.Request = c
 	}
 	if r := m.Response; r != nil {
-		c := *r
+		c := s.responses.new()
+		*c = *r
 		c.Results = copyInto(&s.spareResults, r.Results)
 		c.Members = cloneMembers(r.Members)
-		m.Response = &c
+		m.Response = c
 	}
 	if r := m.Notify; r != nil {
 		c := *r
@@ -846,6 +852,19 @@ func (s *sim) copyMessage(m Message) Message {
 		m.Push = &c
 	}
 	return m
+}
+
+// slab hands out new zero values of T, carved from blocks: one allocation
+// for many. Each is new, and never handed out again.
+type slab[T any] []T
+
+func (b *slab[T]) new() *T {
+	if len(*b) == 0 {
+		*b = make([]T, 64)
+	}
+	p := &(*b)[0]
+	*b = (*b)[1:]
+	return p
 }
 
 // copyInto copies src into the last of spare, or a new slice when spare is
@@ -942,6 +961,9 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
 	s.route(from, to, func(d time.Duration) {
 		s.seq++
+		if !s.events.keeps(s.now + d) {
+			return // lost: it would arrive after the end (no copy needed)
+		}
 		s.events.push(s.now+d, s.seq, event{deliver: delivery{
 			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}})
 	})
