@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"container/heap"
 	"slices"
 	"time"
 )
@@ -22,7 +21,7 @@ func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Du
 	// key may still be held (live at other voters); waking the watcher at
 	// once would have it spin.
 	if left > 0 {
-		heap.Push(&a.expiries, expiry{at: now + left, key: key})
+		a.expiries.push(expiry{at: now + left, key: key})
 	}
 }
 
@@ -42,7 +41,7 @@ func (a *Acceptor) wake(key string, r *register, now time.Duration) {
 	a.notify[w] = append(a.notify[w], notice{key, r.promise.Counter})
 	l.handedTo, l.handedUntil = w, now+a.cfg.HandoffGrace
 	l.eligible = len(l.watchers) // those waiting now may take the key too
-	heap.Push(&a.expiries, expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
+	a.expiries.push(expiry{at: now + a.cfg.HandoffGrace, key: key, handoff: true})
 }
 
 // expire wakes the next watcher of every watched key whose lease has run out
@@ -50,14 +49,14 @@ func (a *Acceptor) wake(key string, r *register, now time.Duration) {
 // granted in the meantime is looked at again when its timer ends.
 func (a *Acceptor) expire(now time.Duration) {
 	for len(a.expiries) > 0 && a.expiries[0].at <= now {
-		e := heap.Pop(&a.expiries).(expiry)
+		e := a.expiries.pop()
 		r := a.regs[e.key]
 		if r == nil || len(r.waiting()) == 0 {
 			continue
 		}
 		l := r.line
 		if left := r.remaining(now); left > 0 {
-			heap.Push(&a.expiries, expiry{at: now + left, key: e.key})
+			a.expiries.push(expiry{at: now + left, key: e.key})
 			continue
 		}
 		switch {
@@ -123,21 +122,52 @@ type expiry struct {
 	handoff bool // a hand-off's grace, not a lease's end
 }
 
-// expiryHeap orders watched leases by the time their timer ends.
+// expiryHeap orders watched leases by the time their timer ends. Its push
+// and pop are container/heap's, step for step (so entries that tie leave
+// in the same order), without boxing each entry in an interface: that was
+// two allocations per lease watched.
 type expiryHeap []expiry
 
-func (h expiryHeap) Len() int { return len(h) }
-func (h expiryHeap) Less(i, j int) bool {
+func (h expiryHeap) less(i, j int) bool {
 	if h[i].at != h[j].at {
 		return h[i].at < h[j].at
 	}
 	return h[i].key < h[j].key
 }
-func (h expiryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *expiryHeap) Push(x any)   { *h = append(*h, x.(expiry)) }
-func (h *expiryHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *expiryHeap) push(e expiry) {
+	*h = append(*h, e)
+	q := *h
+	for j := len(q) - 1; ; {
+		i := (j - 1) / 2 // parent
+		if i == j || !q.less(j, i) {
+			break
+		}
+		q[i], q[j] = q[j], q[i]
+		j = i
+	}
+}
+
+func (h *expiryHeap) pop() expiry {
+	q := *h
+	n := len(q) - 1
+	q[0], q[n] = q[n], q[0]
+	for i := 0; ; {
+		j1 := 2*i + 1
+		if j1 >= n || j1 < 0 {
+			break
+		}
+		j := j1 // left child
+		if j2 := j1 + 1; j2 < n && q.less(j2, j1) {
+			j = j2
+		}
+		if !q.less(j, i) {
+			break
+		}
+		q[i], q[j] = q[j], q[i]
+		i = j
+	}
+	e := q[n]
+	*h = q[:n]
+	return e
 }

@@ -541,7 +541,8 @@ func (n *Node) Ready() Ready {
 	}
 	if st := n.votingState(); st != n.state {
 		n.state = st
-		rd.Voting = &st
+		v := st // (not &st: that moved st to the heap at every Ready)
+		rd.Voting = &v
 	}
 	return rd
 }

@@ -36,24 +36,23 @@ type simChecker struct {
 	maxToken map[string]uint64
 	tokens   map[string]map[uint64]bool
 
-	// sentBallot is the highest ballot each proposer incarnation sent on
-	// each key, sentValue the value each accept it sent carried (I6: a
-	// proposer never uses one ballot twice).
-	sentBallot   map[accKey]Ballot
-	sentValue    map[ballotKey]Value
-	prepareRound map[ballotKey]uint64
-
-	promised   map[accKey]Ballot
-	valueAt    map[ballotKey]Value
-	acceptedBy map[ballotKey][]NodeID
-	// chosen lists, per key, each ballot when it reached a majority; wrote
-	// is the highest ballot at which each writer proposed each value.
+	// incs is what each proposer incarnation sent, and each acceptor
+	// incarnation promised, on each key; ballots what was sent and
+	// accepted at each ballot of each key (one map each, for one look-up
+	// per operation checked).
+	incs    map[accKey]*incRec
+	ballots map[ballotKey]*ballotRec
+	// The records, carved from slabs.
+	incRecs    slab[incRec]
+	ballotRecs slab[ballotRec]
+	wroteRecs  slab[wroteRec]
+	// chosen lists, per key, each ballot when it reached a majority.
 	chosen map[string][]chosenAt
-	wrote  map[writeKey]Ballot
-	// firstWrote is when some acceptor first accepted each write: no
-	// write takes effect before that.
-	firstWrote map[writeKey]time.Duration
-	unknowns   []ghost
+	// wrote is, for each write, the highest ballot at which its writer
+	// proposed it, and when some acceptor first accepted it: no write
+	// takes effect before that.
+	wrote    map[writeKey]*wroteRec
+	unknowns []ghost
 
 	// The fenced resource: lease.Fence decides; applied records what it let
 	// through, per key, for I4 to check independently.
@@ -126,33 +125,80 @@ type accKey struct {
 	key  string
 }
 
+// incRec is what one node incarnation did on one key: as a proposer, the
+// highest ballot it sent (I6: a proposer never uses one ballot twice); as
+// an acceptor, the highest ballot it promised.
+type incRec struct {
+	sent     Ballot
+	sentAny  bool
+	promised Ballot
+}
+
 type ballotKey struct {
 	key    string
 	ballot Ballot
 }
 
+// ballotRec is what was sent and accepted at one ballot of one key.
+type ballotRec struct {
+	// round is the operation that prepared the ballot (when prepared),
+	// sentValue the value its accepts carried (when sent).
+	prepared  bool
+	round     uint64
+	sent      bool
+	sentValue Value
+	// value is the value acceptors accepted at the ballot (when
+	// accepted), acceptedBy the acceptors that did.
+	accepted   bool
+	value      Value
+	acceptedBy []NodeID
+}
+
+// wroteRec is a write some acceptor accepted (simChecker.wrote).
+type wroteRec struct {
+	ballot Ballot
+	first  time.Duration
+}
+
 func newSimChecker(s *sim) *simChecker {
 	return &simChecker{
-		s:            s,
-		hist:         []*qt.History{qt.NewHistory()},
-		grants:       make(map[string][]*grantRec),
-		maxToken:     make(map[string]uint64),
-		tokens:       make(map[string]map[uint64]bool),
-		promised:     make(map[accKey]Ballot),
-		sentBallot:   make(map[accKey]Ballot),
-		sentValue:    make(map[ballotKey]Value),
-		prepareRound: make(map[ballotKey]uint64),
-		valueAt:      make(map[ballotKey]Value),
-		acceptedBy:   make(map[ballotKey][]NodeID),
-		chosen:       make(map[string][]chosenAt),
-		wrote:        make(map[writeKey]Ballot),
-		firstWrote:   make(map[writeKey]time.Duration),
-		fence:        lease.NewFence(),
-		applied:      make(map[string]uint64),
-		healedAt:     -1,
-		pending:      make(map[*simClient]time.Duration),
-		freedAt:      make(map[string]time.Duration),
+		s:        s,
+		hist:     []*qt.History{qt.NewHistory()},
+		grants:   make(map[string][]*grantRec),
+		maxToken: make(map[string]uint64),
+		tokens:   make(map[string]map[uint64]bool),
+		incs:     make(map[accKey]*incRec),
+		ballots:  make(map[ballotKey]*ballotRec),
+		chosen:   make(map[string][]chosenAt),
+		wrote:    make(map[writeKey]*wroteRec),
+		fence:    lease.NewFence(),
+		applied:  make(map[string]uint64),
+		healedAt: -1,
+		pending:  make(map[*simClient]time.Duration),
+		freedAt:  make(map[string]time.Duration),
 	}
+}
+
+// inc is the record of what incarnation inc of node did on key.
+func (k *simChecker) inc(node NodeID, inc uint64, key string) *incRec {
+	ak := accKey{node, inc, key}
+	r := k.incs[ak]
+	if r == nil {
+		r = k.incRecs.new()
+		k.incs[ak] = r
+	}
+	return r
+}
+
+// ballot is the record of ballot b of key.
+func (k *simChecker) ballot(key string, b Ballot) *ballotRec {
+	bk := ballotKey{key, b}
+	r := k.ballots[bk]
+	if r == nil {
+		r = k.ballotRecs.new()
+		k.ballots[bk] = r
+	}
+	return r
 }
 
 func (k *simChecker) history() *qt.History {
@@ -167,32 +213,34 @@ func (k *simChecker) history() *qt.History {
 // before (or repeats its own round to another voter), and one ballot
 // carries one value.
 func (k *simChecker) requestSent(n *simNode, req *Request) {
-	for _, op := range req.Ops {
-		bk := ballotKey{op.Key, op.Ballot}
-		ak := accKey{n.id, n.inc, op.Key}
+	for i := range req.Ops {
+		op := &req.Ops[i]
+		if op.Kind != OpPrepare && op.Kind != OpAccept {
+			continue
+		}
+		b := k.ballot(op.Key, op.Ballot)
+		sent := k.inc(n.id, n.inc, op.Key)
 		switch op.Kind {
 		case OpPrepare:
-			if round, ok := k.prepareRound[bk]; ok {
-				if round != op.ID {
-					k.s.failf("I6: %s prepared %q twice at ballot %v (rounds %d and %d)", n.id, op.Key, op.Ballot, round, op.ID)
+			if b.prepared {
+				if b.round != op.ID {
+					k.s.failf("I6: %s prepared %q twice at ballot %v (rounds %d and %d)", n.id, op.Key, op.Ballot, b.round, op.ID)
 				}
 				continue
 			}
-			if last, used := k.sentBallot[ak]; used && !last.Less(op.Ballot) {
-				k.s.failf("I6: %s prepared %q at ballot %v, not above %v, which it used before", n.id, op.Key, op.Ballot, last)
+			if sent.sentAny && !sent.sent.Less(op.Ballot) {
+				k.s.failf("I6: %s prepared %q at ballot %v, not above %v, which it used before", n.id, op.Key, op.Ballot, sent.sent)
 				return
 			}
-			k.prepareRound[bk] = op.ID
+			b.prepared, b.round = true, op.ID
 		case OpAccept:
-			if v, ok := k.sentValue[bk]; ok && !sameValue(v, op.Value) {
-				k.s.failf("I6: %s sent two values at ballot %v of %q: %v and %v", n.id, op.Ballot, op.Key, v, op.Value)
+			if b.sent && !sameValue(b.sentValue, op.Value) {
+				k.s.failf("I6: %s sent two values at ballot %v of %q: %v and %v", n.id, op.Ballot, op.Key, b.sentValue, op.Value)
 				return
 			}
-			k.sentValue[bk] = op.Value
-		default:
-			continue
+			b.sent, b.sentValue = true, op.Value
 		}
-		k.sentBallot[ak] = maxBallot(k.sentBallot[ak], op.Ballot)
+		sent.sent, sent.sentAny = maxBallot(sent.sent, op.Ballot), true
 	}
 }
 
@@ -207,40 +255,42 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 		k.s.failf("I5: %s answered a request of configuration %d, which no node adopted", n.id, req.Config&0xffff)
 		return
 	}
-	for i, op := range req.Ops {
-		res := resp.Results[i]
-		if !res.OK {
+	for i := range req.Ops {
+		op := &req.Ops[i]
+		if !resp.Results[i].OK || (op.Kind != OpPrepare && op.Kind != OpAccept) {
 			continue
 		}
-		ak := accKey{n.id, n.inc, op.Key}
-		switch op.Kind {
-		case OpPrepare:
-			k.promised[ak] = maxBallot(k.promised[ak], op.Ballot)
-		case OpAccept:
-			if op.Ballot.Less(k.promised[ak]) {
-				k.s.failf("I6: %s accepted %q at %v below its promise %v", n.id, op.Key, op.Ballot, k.promised[ak])
-				return
-			}
-			bk := ballotKey{op.Key, op.Ballot}
-			if v, ok := k.valueAt[bk]; ok && !sameValue(v, op.Value) {
-				k.s.failf("I6: ballot %v of %q carried two values: %v and %v", op.Ballot, op.Key, v, op.Value)
-				return
-			}
-			k.valueAt[bk] = op.Value
-			if !slices.Contains(k.acceptedBy[bk], n.id) {
-				k.acceptedBy[bk] = append(k.acceptedBy[bk], n.id)
-				if len(k.acceptedBy[bk]) == m.Majority() {
-					k.chosen[op.Key] = append(k.chosen[op.Key], chosenAt{op.Ballot, k.s.now})
-				}
-			}
-			wk := writeKey{key: op.Key, writer: holderName(op.Ballot.Node, op.Ballot.Incarnation),
-				held: op.Value.Held, epoch: op.Value.Epoch}
-			k.wrote[wk] = maxBallot(k.wrote[wk], op.Ballot)
-			if _, ok := k.firstWrote[wk]; !ok {
-				k.firstWrote[wk] = k.s.now
-			}
-			k.promised[ak] = maxBallot(op.Ballot, op.Next)
+		acc := k.inc(n.id, n.inc, op.Key)
+		if op.Kind == OpPrepare {
+			acc.promised = maxBallot(acc.promised, op.Ballot)
+			continue
 		}
+		if op.Ballot.Less(acc.promised) {
+			k.s.failf("I6: %s accepted %q at %v below its promise %v", n.id, op.Key, op.Ballot, acc.promised)
+			return
+		}
+		b := k.ballot(op.Key, op.Ballot)
+		if b.accepted && !sameValue(b.value, op.Value) {
+			k.s.failf("I6: ballot %v of %q carried two values: %v and %v", op.Ballot, op.Key, b.value, op.Value)
+			return
+		}
+		b.accepted, b.value = true, op.Value
+		if !slices.Contains(b.acceptedBy, n.id) {
+			b.acceptedBy = append(b.acceptedBy, n.id)
+			if len(b.acceptedBy) == m.Majority() {
+				k.chosen[op.Key] = append(k.chosen[op.Key], chosenAt{op.Ballot, k.s.now})
+			}
+		}
+		wk := writeKey{key: op.Key, writer: k.s.holderName(op.Ballot.Node, op.Ballot.Incarnation),
+			held: op.Value.Held, epoch: op.Value.Epoch}
+		if w := k.wrote[wk]; w != nil {
+			w.ballot = maxBallot(w.ballot, op.Ballot)
+		} else {
+			w = k.wroteRecs.new()
+			w.ballot, w.first = op.Ballot, k.s.now
+			k.wrote[wk] = w
+		}
+		acc.promised = maxBallot(op.Ballot, op.Next)
 	}
 }
 
@@ -277,7 +327,7 @@ func (k *simChecker) quorumOK(n *simNode, res OpResult) {
 			k.s.failf("I5: %s counted non-voter %s for %q", n.id, id, res.Key)
 			return
 		}
-		if !slices.Contains(k.acceptedBy[ballotKey{res.Key, res.Ballot}], id) {
+		if b := k.ballots[ballotKey{res.Key, res.Ballot}]; b == nil || !slices.Contains(b.acceptedBy, id) {
 			k.s.failf("I5: %s counted %s for %q ballot %v, which it never accepted", n.id, id, res.Key, res.Ballot)
 			return
 		}
@@ -389,7 +439,7 @@ func (k *simChecker) handoverBound() time.Duration { return 8 * k.s.cfg.RoundTim
 // every lease of the faulty period has ended.
 func (k *simChecker) settled() bool {
 	longest := k.s.cfg.timingOf(k.s.cfg.longestTTL())
-	return k.healedAt >= 0 && k.s.now > k.healedAt+longest.Quarantine()+2*longest.TTL
+	return k.healedAt >= 0 && k.s.now > k.healedAt+k.s.quarantineOf(longest)+2*longest.TTL
 }
 
 // freed records a release of key, for the hand-over check, when a client
@@ -521,11 +571,12 @@ func (k *simChecker) addGhost(key string, client int, holder string, in qt.Input
 // everything that could observe them had ended (dropUnobservedGhosts).
 func (k *simChecker) recordGhosts() {
 	for _, g := range k.unknowns {
-		b, ok := k.wrote[g.write]
-		if !ok {
+		w := k.wrote[g.write]
+		if w == nil {
 			continue // never reached any acceptor: it cannot have taken effect
 		}
-		call := max(g.call, k.firstWrote[g.write])
+		b := w.ballot
+		call := max(g.call, w.first)
 		ret := qt.Infinity
 		for _, c := range k.chosen[g.key] {
 			if b.Less(c.ballot) && c.at >= g.call {
@@ -580,7 +631,7 @@ func (k *simChecker) livenessBound() time.Duration {
 	clients := time.Duration(len(k.s.nodes) * cfg.Clients)
 	perTurn := 50*time.Millisecond + 12*cfg.RoundTimeout
 	longest := cfg.timingOf(cfg.longestTTL())
-	return longest.Quarantine() + 2*longest.TTL + clients*perTurn + cfg.LivenessSlop
+	return k.s.quarantineOf(longest) + 2*longest.TTL + clients*perTurn + cfg.LivenessSlop
 }
 
 // final runs the checks that need the whole run: pending waits (I9) and
@@ -644,13 +695,13 @@ func TestGhostsBeginWhenFirstAccepted(t *testing.T) {
 	// at 20 ms, the second at 50 ms; a rival's higher ballot chosen at 40
 	// and at 90 ms.
 	ghost(7)
-	k.wrote[write(7)], k.firstWrote[write(7)] = Ballot{Counter: 3, Node: "n1"}, 20*ms
+	k.wrote[write(7)] = &wroteRec{Ballot{Counter: 3, Node: "n1"}, 20 * ms}
 	ghost(8)
-	k.wrote[write(8)], k.firstWrote[write(8)] = Ballot{Counter: 5, Node: "n1"}, 50*ms
+	k.wrote[write(8)] = &wroteRec{Ballot{Counter: 5, Node: "n1"}, 50 * ms}
 	k.chosen["k"] = []chosenAt{{Ballot{Counter: 4, Node: "n2"}, 40 * ms}, {Ballot{Counter: 6, Node: "n2"}, 90 * ms}}
 	// A third, accepted only at 95 ms, after a higher ballot was chosen.
 	ghost(9)
-	k.wrote[write(9)], k.firstWrote[write(9)] = Ballot{Counter: 5, Incarnation: 2, Node: "n1"}, 95*ms
+	k.wrote[write(9)] = &wroteRec{Ballot{Counter: 5, Incarnation: 2, Node: "n1"}, 95 * ms}
 	k.recordGhosts()
 
 	got := k.hist[0].Ops("k")

@@ -160,7 +160,7 @@ func (c *simClient) acquire(key string, wait bool, budget time.Duration) OpID {
 	ttl := c.n.ttl
 	opts := AcquireOptions{
 		TTL:        ttl,
-		HolderTTL:  s.cfg.holderTTLOf(ttl),
+		HolderTTL:  s.holderTTLOf(ttl),
 		RenewEvery: ttl / 3,
 		Notice:     min(s.cfg.Notice, ttl/5),
 		Wait:       wait,

@@ -245,6 +245,39 @@ func (c simConfig) holderTTLOf(ttl time.Duration) time.Duration {
 	return c.timingOf(ttl).HolderTTL()
 }
 
+// leaseMemo keeps the lease arithmetic of the few timings a run uses: it
+// works in big integers, and the checker asks for it at every release.
+type leaseMemo struct {
+	quarantine map[lease.Timing]time.Duration
+	holderTTL  map[holderTTLKey]time.Duration
+}
+
+type holderTTLKey struct {
+	t   lease.Timing
+	bug string
+}
+
+// quarantineOf is t.Quarantine().
+func (s *sim) quarantineOf(t lease.Timing) time.Duration {
+	q, ok := s.memo.quarantine[t]
+	if !ok {
+		q = t.Quarantine()
+		s.memo.quarantine[t] = q
+	}
+	return q
+}
+
+// holderTTLOf is s.cfg.holderTTLOf(ttl).
+func (s *sim) holderTTLOf(ttl time.Duration) time.Duration {
+	k := holderTTLKey{s.cfg.timingOf(ttl), s.cfg.Bug}
+	d, ok := s.memo.holderTTL[k]
+	if !ok {
+		d = s.cfg.holderTTLOf(ttl)
+		s.memo.holderTTL[k] = d
+	}
+	return d
+}
+
 // longestTTL is the longest TTL any life of the run uses.
 func (c simConfig) longestTTL() time.Duration {
 	if c.Retime {
@@ -258,73 +291,6 @@ func (c simConfig) healAt() time.Duration {
 		return c.HealAt
 	}
 	return c.Duration * 3 / 5
-}
-
-type event struct {
-	at  time.Duration
-	seq uint64
-	fn  func()
-	// msg, when set, is a message to deliver instead of fn: a struct of
-	// its own, not a closure, as most events are messages.
-	msg *delivery
-}
-
-// delivery is one copy of a message on its way. It reaches only the
-// incarnations it was sent between, as over a TCP connection.
-type delivery struct {
-	from, to       *simNode
-	fromInc, toInc uint64
-	msg            Message
-}
-
-// eventHeap is the simulator's queue of events, earliest first (ties in
-// the order they were scheduled): a heap of its own rather than
-// container/heap's, which boxes every event it moves in and out.
-type eventHeap []event
-
-func (h eventHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
-	}
-	return h[i].seq < h[j].seq
-}
-
-func (h *eventHeap) push(e event) {
-	*h = append(*h, e)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
-			break
-		}
-		q[i], q[parent] = q[parent], q[i]
-		i = parent
-	}
-}
-
-func (h *eventHeap) pop() event {
-	q := *h
-	top := q[0]
-	last := len(q) - 1
-	q[0] = q[last]
-	q[last] = event{} // let the closure go
-	q = q[:last]
-	for i := 0; ; {
-		l, r, least := 2*i+1, 2*i+2, i
-		if l < len(q) && q.less(l, least) {
-			least = l
-		}
-		if r < len(q) && q.less(r, least) {
-			least = r
-		}
-		if least == i {
-			break
-		}
-		q[i], q[least] = q[least], q[i]
-		i = least
-	}
-	*h = q
-	return top
 }
 
 // simClock is one node's clock: it runs at its own rate and starts from its
@@ -376,6 +342,9 @@ type simNode struct {
 	tickAt  time.Duration
 	tickSet bool
 
+	name    string // holderName, of life nameInc
+	nameInc uint64
+
 	disk    *simDisk // nil without (simConfig.Disks); survives crashes
 	noDisk  bool     // runs without a disk, which it lost (simConfig.DiskLoss)
 	clients []*simClient
@@ -411,7 +380,23 @@ type simChange struct {
 	add, remove NodeID
 }
 
-func (n *simNode) holderName() string { return fmt.Sprintf("%s/%d", n.id, n.inc) }
+// holderName names n's current life as a holder: holderName(n.id, n.inc),
+// formatted once per life.
+func (n *simNode) holderName() string {
+	if n.name == "" || n.nameInc != n.inc {
+		n.name, n.nameInc = holderName(n.id, n.inc), n.inc
+	}
+	return n.name
+}
+
+// holderName is holderName(id, inc), that of a node's current life
+// formatted once.
+func (s *sim) holderName(id NodeID, inc uint64) string {
+	if n := s.lookup(id); n != nil && n.inc == inc {
+		return n.holderName()
+	}
+	return holderName(id, inc)
+}
 
 // sim is one run.
 type sim struct {
@@ -419,7 +404,7 @@ type sim struct {
 	rand   *rand.Rand
 	now    time.Duration
 	seq    uint64
-	events eventHeap
+	events eventQueue
 	nodes  []*simNode
 	// boot is the configuration every node starts with (its Config.Voters,
 	// the founding voters); m is the newest configuration any node adopted
@@ -435,6 +420,15 @@ type sim struct {
 	healed   bool
 	ended    bool
 
+	// spareOps and spareResults are the slices of messages delivered or
+	// lost, to copy later messages into; requests and responses are where
+	// the copies of the messages themselves are made.
+	spareOps     [][]Op
+	spareResults [][]Result
+	requests     slab[Request]
+	responses    slab[Response]
+
+	memo  leaseMemo
 	check *simChecker
 	stats simStats
 	loss  *diskLoss // simConfig.DiskLoss
@@ -471,6 +465,7 @@ func newSim(cfg simConfig) *sim {
 		rand:    rand.New(rand.NewSource(cfg.Seed)),
 		cut:     make(map[[2]int]bool),
 		nextInc: 1,
+		memo:    leaseMemo{make(map[lease.Timing]time.Duration), make(map[holderTTLKey]time.Duration)},
 	}
 	var voters []NodeID
 	for i := 0; i < cfg.Voters+cfg.Proposers; i++ {
@@ -488,7 +483,7 @@ func newSim(cfg simConfig) *sim {
 
 func (s *sim) at(t time.Duration, fn func()) {
 	s.seq++
-	s.events.push(event{at: t, seq: s.seq, fn: fn})
+	s.events.push(t, s.seq, event{fn: fn})
 }
 
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
@@ -524,16 +519,22 @@ func (s *sim) run0() {
 	}
 	s.at(s.cfg.healAt(), s.heal)
 	s.at(s.cfg.Duration, func() { s.ended = true })
-	for len(s.events) > 0 && !s.ended {
-		e := s.events.pop()
-		s.now = e.at
-		if d := e.msg; d != nil {
-			if d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
+	s.events.endAt(s.cfg.Duration)
+	for s.events.len() > 0 && !s.ended {
+		var e event
+		s.now, e = s.events.pop()
+		switch {
+		case e.deliver.to != nil:
+			if d := &e.deliver; d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
 				s.deliver(d.to, d.msg)
+			} else {
+				s.recycle(d.msg)
 			}
-			continue
+		case e.tick != nil:
+			s.tick(e.tick, e.gen)
+		default:
+			e.fn()
 		}
-		e.fn()
 	}
 }
 
@@ -572,7 +573,7 @@ func (s *sim) start(n *simNode) {
 		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
 		MaxIdleKeys: s.cfg.MaxIdleKeys,
-		MaxTTL:      n.ttl, Quarantine: s.cfg.timingOf(n.ttl).Quarantine(), CatchUpBuckets: 4,
+		MaxTTL:      n.ttl, Quarantine: s.quarantineOf(s.cfg.timingOf(n.ttl)), CatchUpBuckets: 4,
 		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
 		MaxRegisters: s.cfg.MaxRegisters, RegisterIdle: s.cfg.RegisterIdle,
 		faults: s.nodeFaults(n),
@@ -780,15 +781,25 @@ func (s *sim) deliver(to *simNode, msg Message) {
 	}
 	to.node.Step(&msg)
 	// As the mesh does: a request's operations and a response's results
-	// are decoded into again once Step returns. Cleared here, so that
-	// every run checks that the node kept no reference to them.
-	if r := msg.Request; r != nil {
-		clear(r.Ops)
-	}
-	if r := msg.Response; r != nil {
-		clear(r.Results)
-	}
+	// are decoded into again once Step returns. Cleared here, and later
+	// messages copied into them, so that every run checks that the node
+	// kept no reference to them.
+	s.recycle(msg)
 	s.flush(to)
+}
+
+// recycle keeps a delivered or lost message's operations or results,
+// cleared, for copyMessage to copy later messages into, as the mesh decodes
+// into them again.
+func (s *sim) recycle(msg Message) {
+	if r := msg.Request; r != nil && r.Ops != nil {
+		clear(r.Ops)
+		s.spareOps = append(s.spareOps, r.Ops)
+	}
+	if r := msg.Response; r != nil && r.Results != nil {
+		clear(r.Results)
+		s.spareResults = append(s.spareResults, r.Results)
+	}
 }
 
 // answered checks every answer of every node to a ballot request, its own
@@ -809,18 +820,22 @@ func (s *sim) answered(n *simNode, req *Request, resp *Response) {
 	}
 }
 
-// cloneMessage copies a message, its payload and every slice in it.
-func cloneMessage(m Message) Message {
+// copyMessage copies a message, its payload and every slice in it: a
+// request's operations and a response's results into slices that earlier
+// messages left (recycle).
+func (s *sim) copyMessage(m Message) Message {
 	if r := m.Request; r != nil {
-		c := *r
-		c.Ops = slices.Clone(r.Ops)
-		m.Request = &c
+		c := s.requests.new()
+		*c = *r
+		c.Ops = copyInto(&s.spareOps, r.Ops)
+		m.Request = c
 	}
 	if r := m.Response; r != nil {
-		c := *r
-		c.Results = slices.Clone(r.Results)
+		c := s.responses.new()
+		*c = *r
+		c.Results = copyInto(&s.spareResults, r.Results)
 		c.Members = cloneMembers(r.Members)
-		m.Response = &c
+		m.Response = c
 	}
 	if r := m.Notify; r != nil {
 		c := *r
@@ -845,6 +860,36 @@ func cloneMessage(m Message) Message {
 	return m
 }
 
+// slab hands out new zero values of T, carved from blocks: one allocation
+// for many. Each is new, and never handed out again.
+type slab[T any] []T
+
+func (b *slab[T]) new() *T {
+	if len(*b) == 0 {
+		*b = make([]T, 64)
+	}
+	p := &(*b)[0]
+	*b = (*b)[1:]
+	return p
+}
+
+// copyInto copies src into the last of spare, or a new slice when spare is
+// empty; nil stays nil.
+func copyInto[T any](spare *[][]T, src []T) []T {
+	if src == nil {
+		return nil
+	}
+	var dst []T
+	if n := len(*spare); n > 0 {
+		dst = (*spare)[n-1]
+		(*spare)[n-1] = nil
+		*spare = (*spare)[:n-1]
+	} else {
+		dst = make([]T, 0, len(src))
+	}
+	return append(dst[:0], src...)
+}
+
 func cloneMembers(m *Membership) *Membership {
 	if m == nil {
 		return nil
@@ -867,20 +912,33 @@ func (s *sim) scheduleTick(n *simNode) {
 	}
 	n.tickGen++
 	n.tickAt, n.tickSet = at, true
-	gen := n.tickGen
-	s.at(at, func() {
-		if n.tickGen != gen || !n.up {
-			return
-		}
-		n.tickSet = false
-		n.node.Tick()
-		s.flush(n)
-	})
+	s.seq++
+	s.events.push(at, s.seq, event{tick: n, gen: n.tickGen})
+}
+
+// tick ticks n, unless a later scheduleTick moved its tick (gen is no
+// longer its tick generation) or it crashed.
+func (s *sim) tick(n *simNode, gen uint64) {
+	if n.tickGen != gen || !n.up {
+		return
+	}
+	n.tickSet = false
+	n.node.Tick()
+	s.flush(n)
 }
 
 func (s *sim) node(id NodeID) *simNode {
 	// (Not fmt.Sscanf: a tenth of the simulator's time went there.)
 	i, _ := strconv.Atoi(strings.TrimPrefix(string(id), "n"))
+	return s.nodes[i]
+}
+
+// lookup is the node named id, or nil when no node is.
+func (s *sim) lookup(id NodeID) *simNode {
+	i, err := strconv.Atoi(strings.TrimPrefix(string(id), "n"))
+	if err != nil || i < 0 || i >= len(s.nodes) || s.nodes[i].id != id {
+		return nil
+	}
 	return s.nodes[i]
 }
 
@@ -909,8 +967,11 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
 	s.route(from, to, func(d time.Duration) {
 		s.seq++
-		s.events.push(event{at: s.now + d, seq: s.seq, msg: &delivery{
-			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: cloneMessage(msg)}})
+		if !s.events.keeps(s.now + d) {
+			return // lost: it would arrive after the end (no copy needed)
+		}
+		s.events.push(s.now+d, s.seq, event{deliver: delivery{
+			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}})
 	})
 }
 
