@@ -380,6 +380,7 @@ type proposerFaults struct {
 	noSweepWriteBack        bool            // a sweep that finds a key free everywhere but on different ballots leaves it (demoted copies are never forgotten)
 	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
 	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
+	observeForgottenHeld    bool            // take an observed key's empty register for older than any state at a real ballot
 }
 
 // ProposerStats counts what a proposer did.

@@ -181,10 +181,18 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		// said the key was free at epoch 0.)
 		x.readEpoch = readEpoch(base, replies)
 		if chosen {
-			return Value{}, OpResult{
+			res := OpResult{
 				Outcome: ReadDone, Value: base, Live: live, Epoch: x.readEpoch,
 				Holder: base.Holder, HolderInc: base.HolderInc, Accepted: replies[0].res.Accepted,
-			}, false
+			}
+			if x.readOrder && res.Accepted.IsZero() {
+				// A majority promised x.ballot holding nothing of the
+				// key: every value chosen before is below it, every one
+				// chosen after above (an observer's read of a key it
+				// saw held: proposer_observe.go).
+				res.Ballot = x.ballot
+			}
+			return Value{}, res, false
 		}
 		// Not yet chosen: write it back so that no later read sees less.
 		// The write keeps base.Lease, so it starts no timer.

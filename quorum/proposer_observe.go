@@ -38,6 +38,26 @@ import (
 // pushes are made good by registering again, every refresh interval and a
 // round timeout after a held lease should have run out.
 //
+// A key the voters forgot (acceptor_registers.go) answers as an empty
+// register, at ballot 0: below every state at a real ballot, though it
+// is newer than all of them. A voter drops a register only once every
+// voter was seen holding it free at one ballot, above every value it
+// held before, with no timer running; so a voter whose answer to a
+// registration holds nothing where it had reported a value forgot the key
+// since (or lost its state), and reports that settle on an empty register
+// (after a new configuration, whose voters' reports begin again) show a
+// key forgotten or never written. The proposer then reads the key; a
+// read of an observer that last reported the key held does not conclude
+// from a majority holding nothing: it prepares, and reports the empty register
+// at the ballot the majority promised. Every value chosen before the
+// promises is below that ballot (a voter of its majority is among them),
+// every value chosen after is above it, so the key is reported free after
+// the held state and before any later grant; and free it is, as an
+// acquire on those answers would find it. Taking the empty answers for
+// older instead left an observer that missed the release push reporting
+// the key held, and live, for good (TestObserveForgottenKeyAfterAMissed-
+// Release).
+//
 // Registrations expire at the voters (three refresh intervals after the
 // last), so a node that forgets to unobserve costs them little.
 
@@ -80,6 +100,7 @@ type observation struct {
 	last    KeyChange // the state last reported
 
 	read           *op           // a resolving read in flight
+	forgot         bool          // voters hold nothing of a key last reported held (forgotten): read, with a ballot
 	readRound      uint64        // the round when it began
 	unsettledSince time.Duration // zero while the reports settle the state
 	refreshAt      time.Duration // the next registration
@@ -175,6 +196,14 @@ func (p *Proposer) observeAnswer(o *observation, from NodeID, res *Result) {
 	if !res.OK || o.cfg != p.m.ID || !p.m.IsVoter(from) {
 		return
 	}
+	if r, ok := o.reports[from]; ok && res.Accepted.IsZero() && !r.accepted.IsZero() && res.ID == o.rids[0] &&
+		!p.faults.observeForgottenHeld {
+		// The voter holds nothing of the key any more, having reported
+		// a value: it forgot the register (or lost its state). That is
+		// its word now; what the key's state is, a read decides.
+		delete(o.reports, from)
+		o.forgot = true
+	}
 	p.report(o, from, res.Accepted, res.Value, res.Remaining, res.Copy)
 	if res.ID == o.rids[0] && !o.answered[from] {
 		o.answered[from] = true
@@ -217,6 +246,18 @@ func (p *Proposer) evaluate(o *observation) {
 	}
 	now := p.clock.Now()
 	st, ok := p.settle(o)
+	if ok && st.Ballot.IsZero() && !st.Value.Held && !p.faults.observeForgottenHeld {
+		// A majority holds nothing of the key, and no voter more (the
+		// reports began again in a new configuration, say): forgotten,
+		// if it was held.
+		o.forgot = true
+	}
+	if o.forgot && (!o.emitted || !o.last.Value.Held) {
+		o.forgot = false // nothing held to move on from: an empty register says no more than free
+	}
+	if o.forgot && o.read == nil {
+		p.observeRead(o)
+	}
 	if !ok {
 		if o.unsettledSince == 0 {
 			o.unsettledSince = now
@@ -364,6 +405,10 @@ func (p *Proposer) observeRead(o *observation) {
 		return
 	}
 	x.obs = o
+	// A key this observer saw held that a majority holds nothing of now
+	// was forgotten since: the read reports it at a ballot it prepared,
+	// which orders it after that state (see the top of the file).
+	x.readOrder = o.emitted && o.last.Value.Held && !p.faults.observeForgottenHeld
 	o.read, o.readRound = x, o.round
 }
 
@@ -376,6 +421,12 @@ func (p *Proposer) observeReadDone(o *observation, res OpResult) {
 	now := p.clock.Now()
 	if res.Outcome == ReadDone {
 		st := KeyChange{Value: res.Value, Live: res.Live && res.Value.Held, Ballot: res.Accepted}
+		if st.Ballot.IsZero() && !res.Value.Held {
+			st.Ballot = res.Ballot // an empty register, ordered by the read's ballot (zero if it had none)
+		}
+		// Settled, unless the read began before the observer saw the key
+		// held and found it empty with no ballot: the next one orders it.
+		o.forgot = o.forgot && st.Ballot.IsZero()
 		for _, r := range o.reports {
 			if r.live && r.value.sameGrant(st.Value) {
 				st.Remaining = max(st.Remaining, r.remaining)

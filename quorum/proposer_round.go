@@ -181,6 +181,7 @@ type op struct {
 	wrote     bool // some accept of this operation was sent
 	cancelled bool
 	readLive  bool          // read: a lease of the value was live at a voter
+	readOrder bool          // read: a majority holding nothing of the key is reported at a ballot it promised (observers)
 	readEpoch uint64        // read: the epoch it reports if its write-back is chosen
 	contended bool          // the last round failed on refusals, not silence
 	favoured  bool          // the last round lost while x's own grant led (ownGrantLeads)
@@ -859,6 +860,9 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 		p.conclude(x, res)
 		return true
 	case kindRead:
+		if x.readOrder && hi.IsZero() {
+			return false // a ballot must order the empty register: prepare
+		}
 		same := 0
 		live := false
 		for i := range info {
@@ -953,6 +957,9 @@ func (p *Proposer) mayStillConclude(x *op) bool {
 		if _, locked := p.blocked(x, base, info, p.clock.Now()); !locked {
 			return false
 		}
+	}
+	if x.kind == kindRead && x.readOrder && hi.IsZero() {
+		return false
 	}
 	same := 0
 	for i := range info {

@@ -173,6 +173,11 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		f.acc.forgetWhilePending = true
 	case "observe-highest":
 		f.prop.observeHighest = true
+	case "observe-forgotten-held":
+		// Shown by a scripted run (TestObserveForgottenKeyAfterAMissedRelease):
+		// an observer that missed a release reports the key held for good
+		// once the voters forgot it.
+		f.prop.observeForgottenHeld = true
 	}
 }
 
