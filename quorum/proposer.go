@@ -378,6 +378,7 @@ type proposerFaults struct {
 	forgetOnMajority        bool            // forget a key when a majority holds it free, not every voter
 	forgetAny               bool            // forget a key whatever the voters hold
 	noSweepWriteBack        bool            // a sweep that finds a key free everywhere but on different ballots leaves it (demoted copies are never forgotten)
+	sweepNeedsEveryFree     bool            // a sweep writes a key back only if every voter holds it free (a missed release is never forgotten)
 	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
 	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
 	observeForgottenHeld    bool            // take an observed key's empty register for older than any state at a real ballot

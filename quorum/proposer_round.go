@@ -740,12 +740,15 @@ func (p *Proposer) maybeForgetKey(x *op) {
 		for i := range x.votes.m.Voters {
 			p.push(i, Op{Kind: OpForget, Key: x.ks.key, Ballot: first.Accepted})
 		}
-	case free && !p.faults.noSweepWriteBack && x.ks.key != ConfigKey && !p.m.Pending:
-		// Free everywhere, on different ballots: copies a voter demoted
-		// when it went live after a majority loss (demoteCopies: no two
-		// voters ever agree on one), or a register a voter kept when the
-		// others forgot the key (its forget was lost). Peeks alone would
-		// find them so at every sweep, for good.
+	case p.mayWriteBack(x.replies) && !p.faults.noSweepWriteBack && x.ks.key != ConfigKey && !p.m.Pending:
+		// Free at the highest ballot, no timer anywhere, but not one free
+		// value at one ballot everywhere: copies a voter demoted when it
+		// went live after a majority loss (demoteCopies: no two voters
+		// ever agree on one), a register a voter kept when the others
+		// forgot the key (its forget was lost), or a grant a voter holds
+		// below the release it missed (TestAudit11SweepLeavesARelease-
+		// AVoterMissed). Peeks alone would find them so at every sweep,
+		// for good.
 		x.writeBack = true
 		p.startRound(x)
 		return
@@ -753,13 +756,34 @@ func (p *Proposer) maybeForgetKey(x *op) {
 	p.finish(x, OpResult{})
 }
 
-// A sweep's write-back. The voters answered a forget's peeks free, with no
-// timer, but not at one ballot, and a forget needs one (a voter drops only
-// what every voter was seen to hold). So the forget writes the key back as
+// mayWriteBack reports whether a sweep may write a key back on these
+// answers of every voter: each answered, no voter times a lease of it or
+// holds a voter configuration in it, and the value at the highest ballot
+// is free. With no timer at any voter no lease of the key runs (a lease's
+// accept majority times it, and voters that lost their timers in a
+// restart waited out every lease of before), so the free value is what a
+// read would write back too. (Before, every voter had to hold a free
+// value: a voter that missed a release kept the grant below it, and the
+// key was never forgotten; fault sweep-needs-every-free.)
+func (p *Proposer) mayWriteBack(replies []reply) bool {
+	for i := range replies {
+		r := &replies[i].res
+		if !r.OK || r.Remaining > 0 || r.Value.Config != nil || (r.Value.Held && p.faults.sweepNeedsEveryFree) {
+			return false
+		}
+	}
+	v, _ := highest(replies)
+	return !v.Held
+}
+
+// A sweep's write-back. The voters answered a forget's peeks with no
+// timer and a free value at the highest ballot, but not one free value at
+// one ballot, and a forget needs that (a voter drops only what every
+// voter was seen to hold). So the forget writes the key back as
 // a read that writes back does, and as the key's own release would have:
 // it prepares a fresh ballot at every voter and, if every voter promised
-// it and still holds the key free, has every voter accept the value of the
-// highest ballot they reported. Once every voter acknowledged that, each
+// it and the answers still allow it (mayWriteBack), has every voter accept
+// the value of the highest ballot they reported. Once every voter acknowledged that, each
 // holds one free value at one ballot, which is what the peeks of the next
 // sweep would find: the forget tells them to forget it at that ballot at
 // once (as a node forgets a release that every voter acknowledged,
@@ -767,14 +791,15 @@ func (p *Proposer) maybeForgetKey(x *op) {
 //
 // Safe as a read's write-back is: the value is the highest every voter
 // reported after promising the ballot, so a value chosen before is that
-// one (and it is free: nothing is written unless every voter reported a
-// free value with no timer). The write changes no epoch (every register
+// one (and it is free: nothing is written unless that value is free and
+// no voter times a lease). The write changes no epoch (every register
 // keeps the highest epoch it knew, and the drop raises the floors to it),
 // and the ballots and marks are those of any round.
 //
 // It yields to anyone at work on the key: the prepare asks as an acquire
 // does (Op.IfFree: no promise while a lease runs or the key is handed to
-// its waiters), and any refusal, or a reply holding a grant, ends the
+// its waiters), and any refusal, a reply timing a lease, or a grant at
+// the highest ballot, ends the
 // forget without writing or trying again. An acquire that prepared just
 // before the write-back and has not written yet is the one it can cost a
 // round (its accept finds the higher promise; its next round wins, at
@@ -791,11 +816,9 @@ func (p *Proposer) maybeForgetKey(x *op) {
 // maybeWriteBack sends the write-back's accepts once every voter promised
 // its ballot, if every voter still holds the key free.
 func (p *Proposer) maybeWriteBack(x *op) {
-	for i := range x.replies {
-		if r := &x.replies[i].res; !r.OK || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
-			p.finish(x, OpResult{}) // taken meanwhile: leave it
-			return
-		}
+	if !p.mayWriteBack(x.replies) {
+		p.finish(x, OpResult{}) // taken meanwhile: leave it
+		return
 	}
 	if p.clock.Now() >= x.t0+p.sendWindow(x) || p.m.Pending {
 		// Late; or a voter change began (this node adopted it, and the

@@ -164,6 +164,10 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Shown by a scripted run (TestAudit8DemotedCopiesAreNeverSwept):
 		// demoted copies are kept for good.
 		f.prop.noSweepWriteBack = true
+	case "sweep-needs-every-free":
+		// Shown by a scripted run (TestAudit11SweepLeavesAReleaseAVoterMissed):
+		// a release one voter missed keeps the key at every voter for good.
+		f.prop.sweepNeedsEveryFree = true
 	case "own-bucket-sweeps":
 		// Shown by the same run: a key whose own voter holds nothing of
 		// it is kept for good by the voters that copied it, and those
