@@ -30,11 +30,12 @@ import "time"
 // voter's register was at it or above, and the floors refuse older
 // writes. While a voter is down nothing is forgotten.
 //
-// If all hold it free but not at one ballot (copies that voters demoted
-// after a majority loss, a register one voter kept when the others forgot
-// the key), the sweep writes the key back first, as a read would, and
-// forgets it at the write's ballot once every voter accepted it (see
-// Proposer.maybeWriteBack).
+// If they do not agree, but none times a lease and the value at the
+// highest ballot is free (copies that voters demoted after a majority
+// loss, a register one voter kept when the others forgot the key, a grant
+// one voter holds below the release it missed), the sweep writes the key
+// back first, as a read would, and forgets it at the write's ballot once
+// every voter accepted it (see Proposer.maybeWriteBack).
 //
 // Nor is anything forgotten while a voter change is pending. A voter that
 // restarts then catches up from the voters before the change as well
