@@ -116,15 +116,8 @@ func TestSimulation(t *testing.T) {
 		t.Skip("replaying one seed: see TestSimulationReplay")
 	}
 	// The runs allocate fast and keep little: collect less often (a
-	// fifth of the time went to the collector at the default). A soak,
-	// which runs for hours, collects less often still: about a sixth
-	// fewer instructions than at 400, for a peak heap of some 400 MB
-	// instead of 50 with two workers.
-	gc := 400
-	if os.Getenv("LOCKMESH_SOAK") != "" {
-		gc = 1600
-	}
-	defer debug.SetGCPercent(debug.SetGCPercent(gc))
+	// fifth of the time went to the collector at the default).
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	seeds := defaultSeeds()
 	sizes := voterSizes(t)
 	stride := *simStride
