@@ -122,52 +122,13 @@ type expiry struct {
 	handoff bool // a hand-off's grace, not a lease's end
 }
 
-// expiryHeap orders watched leases by the time their timer ends. Its push
-// and pop are container/heap's, step for step (so entries that tie leave
-// in the same order), without boxing each entry in an interface: that was
-// two allocations per lease watched.
-type expiryHeap []expiry
+// expiryHeap orders watched leases by the time their timer ends (ties by
+// key).
+type expiryHeap = minHeap[expiry, *expiry]
 
-func (h expiryHeap) less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+func (a *expiry) before(b *expiry) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].key < h[j].key
-}
-
-func (h *expiryHeap) push(e expiry) {
-	*h = append(*h, e)
-	q := *h
-	for j := len(q) - 1; ; {
-		i := (j - 1) / 2 // parent
-		if i == j || !q.less(j, i) {
-			break
-		}
-		q[i], q[j] = q[j], q[i]
-		j = i
-	}
-}
-
-func (h *expiryHeap) pop() expiry {
-	q := *h
-	n := len(q) - 1
-	q[0], q[n] = q[n], q[0]
-	for i := 0; ; {
-		j1 := 2*i + 1
-		if j1 >= n || j1 < 0 {
-			break
-		}
-		j := j1 // left child
-		if j2 := j1 + 1; j2 < n && q.less(j2, j1) {
-			j = j2
-		}
-		if !q.less(j, i) {
-			break
-		}
-		q[i], q[j] = q[j], q[i]
-		i = j
-	}
-	e := q[n]
-	*h = q[:n]
-	return e
+	return a.key < b.key
 }

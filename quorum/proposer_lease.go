@@ -344,53 +344,12 @@ func (p *Proposer) arm(t timer) {
 	p.timers.push(t)
 }
 
-// timerHeap is a min-heap of timers by time (then by arming order), typed
-// so that a push does not box the timer in an interface (container/heap).
-type timerHeap []timer
+// timerHeap orders timers by time, then by arming order.
+type timerHeap = minHeap[timer, *timer]
 
 func (a *timer) before(b *timer) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
 	return a.seq < b.seq
-}
-
-func (h *timerHeap) push(t timer) {
-	*h = append(*h, t)
-	s := *h
-	for i := len(s) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !s[i].before(&s[parent]) {
-			break
-		}
-		s[i], s[parent] = s[parent], s[i]
-		i = parent
-	}
-}
-
-// pop removes and returns the earliest timer; h must not be empty.
-func (h *timerHeap) pop() timer {
-	s := *h
-	n := len(s) - 1
-	t := s[0]
-	s[0] = s[n]
-	s[n] = timer{} // let its op and key state go
-	s = s[:n]
-	*h = s
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		j := l
-		if r := l + 1; r < n && s[r].before(&s[l]) {
-			j = r
-		}
-		if !s[j].before(&s[i]) {
-			break
-		}
-		s[i], s[j] = s[j], s[i]
-		i = j
-	}
-	return t
 }
