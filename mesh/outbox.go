@@ -179,7 +179,8 @@ func (m *Mesh) sendParts(ob *outbox, addr string, req *quorum.Request) (idle boo
 		part := *req
 		n := m.partSize(ops)
 		part.Ops, ops = ops[:n:n], ops[n:]
-		body := wire.EncodeRequestFor(&part, version)
+		buf := getBody()
+		body := wire.AppendRequestFor((*buf)[:0], &part, version)
 		m.incr("messages.sent", 1)
 		m.incr("bytes.sent", float32(len(body)))
 		left.Add(1)
@@ -189,6 +190,10 @@ func (m *Mesh) sendParts(ob *outbox, addr string, req *quorum.Request) (idle boo
 				m.sent(ob, addr)
 			}
 		})
+		// The transport is done with body once Go returns (it copies it
+		// into the connection's queue): the buffer serves the next request.
+		*buf = body
+		putBody(buf)
 		if err != nil {
 			m.callError(addr, err)
 			left.Add(-1)
@@ -265,3 +270,30 @@ func withoutUnwatch(ops []quorum.Op) []quorum.Op {
 		return op.Kind == quorum.OpUnwatch || op.Kind == quorum.OpForget
 	})
 }
+
+// bodies keeps the buffers requests are encoded in (*[]byte). A renewal
+// batch of 4,096 operations encodes to about 400 KB; made anew for every
+// batch, such buffers were a sixth of a holder's CPU at 100,000 leases
+// (zeroing them, growing them, and the runtime handing their pages back to
+// the system). Transport.Go lets its caller reuse a body once it returns.
+var bodies sync.Pool
+
+func getBody() *[]byte {
+	if b, ok := bodies.Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, 512)
+	return &b
+}
+
+// putBody keeps b for a later request, unless it grew past maxKeptBody.
+func putBody(b *[]byte) {
+	if cap(*b) > maxKeptBody {
+		return
+	}
+	bodies.Put(b)
+}
+
+// maxKeptBody is the largest buffer bodies keeps: a full renewal batch and
+// some.
+const maxKeptBody = 1 << 20

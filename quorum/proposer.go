@@ -288,7 +288,7 @@ type Proposer struct {
 	// ended, to the key, while the fast path stands: voters that accept
 	// after the round ended promised its next ballot too. One map for
 	// both: a renewal's round ends as one and lives on as the other.
-	rounds map[uint64]roundRef
+	rounds roundTable
 	// latePrep maps the prepare round of an operation whose accepts are
 	// out to the operation (see latePromise).
 	latePrep map[uint64]*op
@@ -419,15 +419,17 @@ func NewProposer(cfg ProposerConfig) (*Proposer, error) {
 		clock:    cfg.Clock,
 		rand:     cfg.Rand,
 		keys:     make(map[string]*keyState),
-		rounds:   make(map[uint64]roundRef),
 		latePrep: make(map[uint64]*op),
 		ops:      make(map[OpID]*op),
 		incs:     make(map[NodeID]uint64),
 		out:      make([]Request, len(cfg.Membership.Voters)),
-		// Round ids start anywhere: no answer meant for an earlier life
-		// of this node can match a round of this one.
-		nextRID: uint64(cfg.Rand.Int63()),
 	}
+	// Round ids start anywhere: no answer meant for an earlier life of
+	// this node can match a round of this one (roundTable). The other
+	// ids (observations, and the timers' order) count from below 1<<62.
+	start := uint64(cfg.Rand.Int63())
+	p.nextRID = start >> 1
+	p.rounds = newRoundTable(start)
 	return p, nil
 }
 

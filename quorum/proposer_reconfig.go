@@ -434,16 +434,21 @@ func (p *Proposer) Adopt(m Membership) bool {
 			p.dropFast(ks)
 		}
 	}
-	rids := make([]uint64, 0, len(p.rounds))
-	for rid, r := range p.rounds {
-		if r.x != nil {
-			rids = append(rids, rid)
-		}
+	// The rounds in flight, in the order they began.
+	type inFlight struct {
+		seq uint64
+		x   *op
 	}
-	slices.Sort(rids)
+	var rounds []inFlight
+	p.rounds.each(func(_, seq uint64, r roundRef) {
+		if r.x != nil {
+			rounds = append(rounds, inFlight{seq, r.x})
+		}
+	})
+	slices.SortFunc(rounds, func(a, b inFlight) int { return cmp(a.seq, b.seq) })
 	now := p.clock.Now()
-	for _, rid := range rids {
-		x := p.rounds[rid].x
+	for _, r := range rounds {
+		x := r.x
 		p.endRound(x)
 		x.repair = nil
 		x.phase = phaseBackoff

@@ -242,8 +242,8 @@ func okReplies(all []reply) []reply {
 // dropFast forgets ks's fast path.
 func (p *Proposer) dropFast(ks *keyState) {
 	if ks.fast != nil || ks.fastRID != 0 {
-		if r, ok := p.rounds[ks.fastRID]; ok && r.late == ks {
-			delete(p.rounds, ks.fastRID)
+		if r, ok := p.rounds.get(ks.fastRID); ok && r.late == ks {
+			p.rounds.remove(ks.fastRID)
 		}
 		ks.fast, ks.fastRID = nil, 0
 	}
@@ -347,8 +347,7 @@ func (p *Proposer) newBallot(ks *keyState) Ballot {
 func (p *Proposer) newRound(x *op) {
 	p.endRound(x)
 	p.nextRID++
-	x.rid = p.nextRID
-	p.rounds[x.rid] = roundRef{x: x}
+	x.rid = p.rounds.add(roundRef{x: x}, p.nextRID)
 	x.votes = newTally(p.quorumOf())
 	x.msgs = 0
 	if x.replies == nil {
@@ -516,9 +515,9 @@ func (p *Proposer) endRound(x *op) {
 	if x.rid != 0 {
 		if ks := x.ks; ks != nil && ks.fastRID == x.rid && ks.fast != nil {
 			// The round left ks's fast path: late acceptances join it.
-			p.rounds[x.rid] = roundRef{late: ks}
+			p.rounds.set(x.rid, roundRef{late: ks})
 		} else {
-			delete(p.rounds, x.rid)
+			p.rounds.remove(x.rid)
 		}
 		x.rid = 0
 	}
@@ -553,7 +552,7 @@ func (p *Proposer) Step(resp *Response) {
 }
 
 func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
-	r := p.rounds[res.ID]
+	r, _ := p.rounds.get(res.ID)
 	x := r.x
 	if x == nil {
 		// A round that already ended; a voter's late accept still adds to

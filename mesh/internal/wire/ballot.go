@@ -191,7 +191,14 @@ func EncodeResponse(r *quorum.Response) []byte {
 // observations, which such a node would skip or refuse (the mesh does not
 // send it operations that need them).
 func EncodeRequestFor(r *quorum.Request, v int) []byte {
-	e := encoder{b: make([]byte, 0, requestStart), noData: v < Version3}
+	return AppendRequestFor(make([]byte, 0, requestStart), r, v)
+}
+
+// AppendRequestFor is EncodeRequestFor appending to dst, so that a caller
+// may reuse a buffer across requests (the encoding of a renewal batch of
+// thousands of operations is hundreds of kilobytes).
+func AppendRequestFor(dst []byte, r *quorum.Request, v int) []byte {
+	e := encoder{b: dst, noData: v < Version3}
 	e.request(r)
 	return e.b
 }
