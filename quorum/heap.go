@@ -51,3 +51,56 @@ func (h *minHeap[T, P]) pop() T {
 	}
 	return x
 }
+
+// timerQueue holds the proposer's timers: a heap, and beside it a FIFO
+// for round timers armed in order of their time. A round timer is armed a
+// round timeout after its round began, so nearly all come in order: each
+// costs an append and a pop from the front instead of two walks of a heap
+// that, on a node holding 100,000 leases, holds their loss notices too
+// (17 levels, each a likely cache miss; the heap was 7% of such a holder's
+// CPU). Timers leave in the order one heap of them all would give: by time,
+// then by arming order (timer.before).
+type timerQueue struct {
+	heap timerHeap
+	fifo []timer // round timers, in order; fifo[head:] are pending
+	head int
+}
+
+func (q *timerQueue) len() int { return len(q.heap) + len(q.fifo) - q.head }
+
+func (q *timerQueue) push(t timer) {
+	if t.kind == timerRound {
+		if n := len(q.fifo); n == q.head || !t.before(&q.fifo[n-1]) {
+			q.fifo = append(q.fifo, t)
+			return
+		}
+	}
+	q.heap.push(t)
+}
+
+// front returns the timer that leaves next; q must not be empty.
+func (q *timerQueue) front() *timer {
+	if q.head == len(q.fifo) || (len(q.heap) > 0 && q.heap[0].before(&q.fifo[q.head])) {
+		return &q.heap[0]
+	}
+	return &q.fifo[q.head]
+}
+
+// pop removes and returns the timer that leaves next; q must not be empty.
+func (q *timerQueue) pop() timer {
+	if q.head == len(q.fifo) || (len(q.heap) > 0 && q.heap[0].before(&q.fifo[q.head])) {
+		return q.heap.pop()
+	}
+	t := q.fifo[q.head]
+	q.fifo[q.head] = timer{} // let its op go
+	q.head++
+	switch {
+	case q.head == len(q.fifo):
+		q.fifo, q.head = q.fifo[:0], 0
+	case q.head >= 1024 && q.head*2 >= len(q.fifo):
+		n := copy(q.fifo, q.fifo[q.head:])
+		clear(q.fifo[n:])
+		q.fifo, q.head = q.fifo[:n], 0
+	}
+	return t
+}

@@ -555,6 +555,7 @@ func (n *Node) proposerReady(rd *Ready) {
 	rd.Leases = append(rd.Leases, prd.Leases...)
 	rd.Changes = append(rd.Changes, prd.Changes...)
 	n.prop.reuseResults(prd.Results)
+	n.prop.reuseEvents(prd.Leases)
 	for i := range prd.Requests {
 		req := &prd.Requests[i]
 		if req.To != n.id {

@@ -295,7 +295,7 @@ type Proposer struct {
 	ops      map[OpID]*op
 	held     []*keyState       // keys with a lease, in a reproducible order
 	incs     map[NodeID]uint64 // latest incarnation heard from each acceptor
-	timers   timerHeap
+	timers   timerQueue
 	idle     []idleKey // keys with fast-path state and nothing else, oldest first
 	nidle    int       // how many keys are idle (idle may hold stale entries)
 
@@ -345,6 +345,7 @@ type Proposer struct {
 	doneRenews []*op
 	renewOps   sync.Pool // *op
 	events     []LeaseEvent
+	spareEv    []LeaseEvent // an emptied events slice, for the next Ready (reuseEvents)
 	pushes     []ConfigPush
 	lists      []CatchUpRequest
 	chg        *changeOp // the voter change in progress, if any
@@ -572,7 +573,7 @@ func (p *Proposer) Ready() ProposerReady {
 		}
 	}
 	rd.Results, p.results = p.results, nil
-	rd.Leases, p.events = p.events, nil
+	rd.Leases, p.events, p.spareEv = p.events, p.spareEv, nil
 	rd.Pushes, p.pushes = p.pushes, nil
 	rd.Lists, p.lists = p.lists, nil
 	rd.Changes, p.changes = p.changes, nil
@@ -582,6 +583,12 @@ func (p *Proposer) Ready() ProposerReady {
 // reuseResults takes back the Results of a Ready once the Node has copied
 // them into its own, for later Readys to reuse.
 func (p *Proposer) reuseResults(results []OpResult) { p.spare = slicepool.Emptied(results) }
+
+// reuseEvents takes back the Leases of a Ready once the Node has copied
+// them, as reuseResults does the Results: a renewal pass reports thousands,
+// and a slice grown anew for each pass was a tenth of a holder's
+// allocations at 100,000 leases.
+func (p *Proposer) reuseEvents(events []LeaseEvent) { p.spareEv = slicepool.Emptied(events) }
 
 // reuseRequests takes back the Requests of a Ready once the Node's driver
 // has sent or copied each (Node.Advance; the slice, not the operations in
@@ -606,7 +613,7 @@ func (p *Proposer) HasReady() bool {
 func (p *Proposer) Tick() {
 	now := p.clock.Now()
 	p.recycleRenews()
-	for len(p.timers) > 0 && p.timers[0].at <= now {
+	for p.timers.len() > 0 && p.timers.front().at <= now {
 		t := p.timers.pop()
 		t.fire(p, now)
 	}
@@ -615,7 +622,7 @@ func (p *Proposer) Tick() {
 // NextTick is the earliest time at which Tick has work (or, while stale
 // timers are being cleared, a time no later than that).
 func (p *Proposer) NextTick() (time.Duration, bool) {
-	for n := 0; len(p.timers) > 0 && p.timers[0].stale(p); n++ {
+	for n := 0; p.timers.len() > 0 && p.timers.front().stale(p); n++ {
 		if n == maxStalePops {
 			// Every operation leaves timers behind (a lease's loss
 			// notice, seconds ahead); after a burst of operations, tens of
@@ -625,14 +632,14 @@ func (p *Proposer) NextTick() (time.Duration, bool) {
 			// node's acceptor waited out. So a bounded batch per call: the
 			// caller drives the node often, and the front's time is never
 			// later than that of any live timer behind it.
-			return p.timers[0].at, true
+			return p.timers.front().at, true
 		}
 		p.timers.pop()
 	}
-	if len(p.timers) == 0 {
+	if p.timers.len() == 0 {
 		return 0, false
 	}
-	return p.timers[0].at, true
+	return p.timers.front().at, true
 }
 
 // maxStalePops bounds the stale timers one NextTick clears (about 60µs).

@@ -525,27 +525,29 @@ func TestProposerNextTickClearsStaleTimersInBatches(t *testing.T) {
 	earliestLive := func() (time.Duration, bool) {
 		var at time.Duration
 		ok := false
-		for i := range p.timers {
-			if tm := &p.timers[i]; !tm.stale(p) && (!ok || tm.at < at) {
-				at, ok = tm.at, true
+		for _, list := range [][]timer{p.timers.heap, p.timers.fifo[p.timers.head:]} {
+			for i := range list {
+				if tm := &list[i]; !tm.stale(p) && (!ok || tm.at < at) {
+					at, ok = tm.at, true
+				}
 			}
 		}
 		return at, ok
 	}
 	live, hasLive := earliestLive()
-	if n := len(p.timers); n < 2*maxStalePops {
+	if n := p.timers.len(); n < 2*maxStalePops {
 		t.Fatalf("only %d timers after %d acquires and releases: the test needs more", n, 2*maxStalePops)
 	}
 	for calls := 1; ; calls++ {
-		before := len(p.timers)
+		before := p.timers.len()
 		at, ok := p.NextTick()
-		if popped := before - len(p.timers); popped > maxStalePops {
+		if popped := before - p.timers.len(); popped > maxStalePops {
 			t.Fatalf("one NextTick cleared %d stale timers, more than %d", popped, maxStalePops)
 		}
 		if hasLive && (!ok || at > live) {
 			t.Fatalf("NextTick = %v, %v with a live timer at %v", at, ok, live)
 		}
-		if len(p.timers) == 0 || !p.timers[0].stale(p) {
+		if p.timers.len() == 0 || !p.timers.front().stale(p) {
 			if got, gotOK := earliestLive(); got != live || gotOK != hasLive {
 				t.Errorf("the earliest live timer moved from %v to %v", live, got)
 			}
