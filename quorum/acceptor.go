@@ -321,6 +321,7 @@ type acceptorFaults struct {
 	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
 	ownBucketSweeps         bool // sweeps pick the keys of this voter's bucket only, never another's copies
+	ownBucketNoncopies      bool // sweeps pick another voter's copies, never another's register this voter kept
 }
 
 // AcceptorStats counts what an acceptor did.

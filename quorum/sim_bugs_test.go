@@ -173,6 +173,12 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// it is kept for good by the voters that copied it, and those
 		// they copied from.
 		f.acc.ownBucketSweeps = true
+	case "own-bucket-noncopies":
+		// Shown by a scripted run
+		// (TestAudit12SweepFreesARegisterWhoseForgetOneVoterMissed): a
+		// register a voter kept when the forget to it was lost is kept
+		// for good.
+		f.acc.ownBucketNoncopies = true
 	case "forget-while-pending":
 		f.acc.forgetWhilePending = true
 	case "observe-highest":
