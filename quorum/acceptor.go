@@ -312,6 +312,7 @@ type acceptorFaults struct {
 	trustForgotten          bool // answers of voters that lost their disk count as a disk's: Durable on a new disk, Forgot ignored
 	stickyLost              bool // a peer that said it restarted counts as such after it caught up from others
 	copiesVote              bool // a value copied in a catch-up is reported as accepted (no Result.Copy)
+	listCopiesVote          bool // a listing's answers say no entry is a copy (no Entry.Copy): the merge counts copies as votes
 	newVotersOnly           bool // a full restart during a pending change counts the new voters only
 	keepStaleCatchUp        bool // keep what a catch-up merged from a peer that has restarted since
 	lostWithLaterLives      bool // LostWith also to later incarnations of the voter counted (counted once merged)

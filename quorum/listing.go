@@ -12,13 +12,18 @@ import (
 // state is settled by the answers as an observer settles it
 // (proposer_observe.go): a majority reports one accepted ballot, and the
 // highest any reports shows the same holder, token and value; or every
-// voter that reports the key, a majority of them, shows one. A key the
-// answers do not settle is to be read (Read) before it is listed.
+// voter that reports the key, a majority of them, shows one. A register a
+// voter copied in a catch-up (Entry.Copy) is no vote: the value it copied
+// may never have been chosen (an accept that reached one voter, copied by
+// a voter that restarted), so it counts toward neither majority, though
+// it ranks as its ballot does and, held, keeps the key unsettled. A key
+// the answers do not settle is to be read (Read) before it is listed.
 
 // ListHolders answers a listing (CatchUpRequest with List and Holders):
 // the registers of the bucket's keys that start with req.Prefix and hold
-// an accepted value, each with its accepted ballot, value and time left. A
-// node that does not vote answers as to a catch-up.
+// an accepted value, each with its accepted ballot, value and time left,
+// and whether it is a copy. A node that does not vote answers as to a
+// catch-up.
 func (n *Node) ListHolders(req *CatchUpRequest) *CatchUpResponse {
 	if n.acc == nil || n.quiet {
 		return NoAcceptorCatchUp(n.m, n.id, n.inc, req)
@@ -46,7 +51,8 @@ func (a *Acceptor) listHolders(req *CatchUpRequest) *CatchUpResponse {
 		if key == ConfigKey || r.accepted.IsZero() || !strings.HasPrefix(key, req.Prefix) || bucketOf(key, req.Buckets) != req.Bucket {
 			continue
 		}
-		resp.Entries = append(resp.Entries, Entry{Key: key, Accepted: r.accepted, Value: r.value, Remaining: r.remaining(now)})
+		resp.Entries = append(resp.Entries, Entry{Key: key, Accepted: r.accepted, Value: r.value, Remaining: r.remaining(now),
+			Copy: a.isCopy(r) && !a.faults.listCopiesVote})
 	}
 	slices.SortFunc(resp.Entries, func(x, y Entry) int { return strings.Compare(x.Key, y.Key) })
 	return resp
@@ -91,20 +97,24 @@ func MergeListing(m Membership, answers map[NodeID][]Entry) (held []Listed, unse
 	for _, k := range keys {
 		es := byKey[k]
 		hi := es[0]
+		votes := 0
 		count := make(map[Ballot]int, len(es))
 		for _, e := range es {
-			count[e.Accepted]++
 			if hi.Accepted.Less(e.Accepted) {
 				hi = e
+			}
+			if !e.Copy {
+				count[e.Accepted]++
+				votes++
 			}
 		}
 		settled := false
 		for _, e := range es {
-			if count[e.Accepted] >= q && sameContent(e.Value, hi.Value) {
+			if !e.Copy && count[e.Accepted] >= q && sameContent(e.Value, hi.Value) {
 				settled = true
 			}
 		}
-		if !settled && len(es) >= q {
+		if !settled && votes >= q {
 			settled = !slices.ContainsFunc(es, func(e Entry) bool { return !sameContent(e.Value, hi.Value) })
 		}
 		switch {

@@ -344,4 +344,11 @@ type Entry struct {
 	// acceptor times the grant itself for as long, stretched for the
 	// worst clock-rate difference.
 	Remaining time.Duration `codec:"rem,omitempty"`
+	// Copy, in a listing's answer (Node.ListHolders), is Result.Copy:
+	// the responder holds Value at Accepted because it copied it in a
+	// catch-up, and the entry is no vote (MergeListing). A catch-up does
+	// not set it: what a recovering acceptor merges is a copy there
+	// whatever it was at the responder. An older responder never sets it
+	// (its copies then count as votes, as they did).
+	Copy bool `codec:"cp,omitempty"`
 }

@@ -97,6 +97,11 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 	case "copies-vote":
 		// Caught by a scripted run (TestAudit7ConfigCopiesLookChosen).
 		f.acc.copiesVote = true
+	case "list-counts-copies":
+		// Shown by a scripted run (TestReviewListingCopiesAreNoVotes): a
+		// listing settles as held a value accepted at one voter and
+		// copied by another, never chosen. Simulated runs list nothing.
+		f.acc.listCopiesVote = true
 	case "new-voters-only":
 		// A stall, shown by a scripted run
 		// (TestAudit7PendingAddStallsAFullRestartOfThePrevMajority).

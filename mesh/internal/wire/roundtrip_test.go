@@ -1,11 +1,13 @@
 package wire
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lockmesh/lockmesh/quorum"
 )
@@ -344,5 +346,69 @@ func TestCatchUpRequestQuietLivesBounded(t *testing.T) {
 		case n > quorum.MaxQuietLives && !errors.Is(err, ErrMalformed):
 			t.Errorf("%d quiet lives: got %v, want an ErrMalformed error", n, err)
 		}
+	}
+}
+
+// olderEntry is a catch-up entry as builds before Entry.Copy encode and
+// decode it: the same keys, without "cp".
+type olderEntry struct {
+	Key       string        `codec:"k"`
+	Promise   quorum.Ballot `codec:"p,omitempty"`
+	Accepted  quorum.Ballot `codec:"a,omitempty"`
+	Value     quorum.Value  `codec:"v,omitempty"`
+	MaxEpoch  uint64        `codec:"me,omitempty"`
+	Remaining time.Duration `codec:"rem,omitempty"`
+}
+
+type olderCatchUpReply struct {
+	From    quorum.NodeID `codec:"f"`
+	Entries []olderEntry  `codec:"e"`
+}
+
+// A listing's copy flag (Entry.Copy) is optional both ways: an older
+// node reads an answer that carries it, skipping the key, and an older
+// voter's answer, which never carries it, reads as no copy. An entry that
+// is not a copy is encoded as before, byte for byte.
+func TestEntryCopyIsOptional(t *testing.T) {
+	v := quorum.Value{Held: true, Holder: "p", HolderInc: 3, Epoch: 7, TTL: time.Second, Data: "x"}
+	b := quorum.Ballot{Counter: 4, Incarnation: 3, Node: "p"}
+	newer := &quorum.CatchUpResponse{From: "a", List: true, Entries: []quorum.Entry{
+		{Key: "k1", Accepted: b, Value: v, Remaining: time.Second, Copy: true},
+		{Key: "k2", Accepted: b, Value: v, Remaining: time.Second},
+	}}
+	body, err := Encode(KindCatchUpReply, newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old olderCatchUpReply
+	if err := Decode(body, KindCatchUpReply, &old); err != nil {
+		t.Fatalf("an older node cannot read an answer with a copy: %v", err)
+	}
+	for i, e := range old.Entries {
+		n := newer.Entries[i]
+		if e.Key != n.Key || e.Accepted != n.Accepted || e.Value != n.Value || e.Remaining != n.Remaining {
+			t.Errorf("an older node read entry %d as %+v, sent %+v", i, e, n)
+		}
+	}
+
+	oldBody, err := Encode(KindCatchUpReply, &olderCatchUpReply{From: "a", Entries: []olderEntry{
+		{Key: "k2", Accepted: b, Value: v, Remaining: time.Second}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := testLimits.DecodeCatchUpReply(oldBody)
+	if err != nil || len(got.Entries) != 1 || got.Entries[0] != newer.Entries[1] {
+		t.Fatalf("an older voter's answer read as %+v, %v; want %+v", got, err, newer.Entries[1])
+	}
+	plain, err := Encode(KindCatchUpReply, newer.Entries[1:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := Encode(KindCatchUpReply, []olderEntry{{Key: "k2", Accepted: b, Value: v, Remaining: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plain, before) {
+		t.Errorf("an entry that is no copy encodes as %x, before as %x", plain, before)
 	}
 }
