@@ -203,7 +203,10 @@ type Config struct {
 
 	// Transport, when set, builds the ballot transport instead of TCP; the
 	// mesh passes its handler. Tests use it to run over an in-memory
-	// network with faults.
+	// network with faults. The transport must keep the rule of
+	// transport.Transport: a body passed to Call, Send or Go is not read
+	// after the method returns. The mesh reuses a request's buffer for the
+	// next request at once.
 	Transport func(name string, h transport.Handler) (transport.Transport, error)
 
 	// Seed seeds the mesh's random source (retry jitter). Zero means the

@@ -390,6 +390,14 @@ func (n *Node) Holds(key string) (epoch uint64, deadline time.Duration, ok bool)
 	return n.prop.Holds(key)
 }
 
+// TagLease attaches tag to the lease this node holds on key at epoch, for
+// every later LeaseEvent about it to carry (LeaseEvent.Tag): the driver's
+// own record of the lease, so that it need not look it up by key for each
+// renewal. It reports whether the node holds that lease.
+func (n *Node) TagLease(key string, epoch uint64, tag any) bool {
+	return n.prop.TagLease(key, epoch, tag)
+}
+
 // Step takes a message from another node (see Message for who owns what).
 func (n *Node) Step(msg *Message) {
 	switch msg.Kind {

@@ -233,6 +233,9 @@ type LeaseEvent struct {
 	// Started is when the renewal began (renewed), on this node's clock:
 	// the same for every renewal one pass over the leases started.
 	Started time.Duration
+	// Tag is what the driver attached to the lease (Node.TagLease), nil
+	// if nothing.
+	Tag any
 }
 
 // LostReason says why a lease was lost.
@@ -547,6 +550,18 @@ func (p *Proposer) Holds(key string) (epoch uint64, deadline time.Duration, ok b
 		return 0, 0, false
 	}
 	return ks.lease.epoch, ks.lease.deadline, true
+}
+
+// TagLease attaches tag to the lease this node holds on key at epoch, and
+// reports whether it holds one: every later LeaseEvent about the lease
+// carries it (LeaseEvent.Tag).
+func (p *Proposer) TagLease(key string, epoch uint64, tag any) bool {
+	ks := p.keys[key]
+	if ks == nil || ks.lease == nil || ks.lease.epoch != epoch {
+		return false
+	}
+	ks.lease.tag = tag
+	return true
 }
 
 // Pending is the number of operations in progress, background work

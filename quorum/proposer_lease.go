@@ -16,6 +16,7 @@ type heldLease struct {
 	// leases arms one notice timer per lease per TTL, not per renewal.
 	noticeAt time.Duration
 	index    int // in Proposer.held
+	tag      any // Node.TagLease
 }
 
 func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.Duration, opts AcquireOptions) {
@@ -163,7 +164,7 @@ func (p *Proposer) renewed(x *op, now time.Duration) {
 	if d := t0 + l.opts.HolderTTL; d > l.deadline {
 		l.deadline, l.lastStart = d, t0
 		ks.lastDeadline = max(ks.lastDeadline, d)
-		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started})
+		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started, Tag: l.tag})
 	}
 	p.stats.Renewed++
 	p.armLease(ks)
@@ -195,7 +196,7 @@ func (p *Proposer) noticeDue(ks *keyState, now time.Duration) {
 
 func (p *Proposer) lose(ks *keyState, why LostReason) {
 	l := ks.lease
-	p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: l.deadline, Lost: true, Reason: why})
+	p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: l.deadline, Lost: true, Reason: why, Tag: l.tag})
 	p.stats.Lost++
 	p.dropLease(ks)
 	// The grant may still stand at the acceptors. Once the deadline this

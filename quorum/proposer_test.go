@@ -561,3 +561,36 @@ func TestProposerNextTickClearsStaleTimersInBatches(t *testing.T) {
 		}
 	}
 }
+
+// A tag attached to a held lease comes back with every event about it,
+// renewals and the loss; a tag for another epoch, or for a key not held,
+// is refused.
+func TestProposerLeaseEventsCarryTheirTag(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1")
+	p1 := c.node("p1")
+	g := c.mustGrant("p1", "k")
+	if p1.prop.TagLease("k", g.Epoch+1, "other") || p1.prop.TagLease("j", g.Epoch, "other") {
+		t.Fatal("a tag was taken for a lease not held")
+	}
+	tag := &struct{ name string }{"k's lease"}
+	if !p1.prop.TagLease("k", g.Epoch, tag) {
+		t.Fatal("the tag of a held lease was refused")
+	}
+	c.advance(3 * scRenewEvery)
+	c.cut["b"], c.cut["c"] = true, true
+	c.advance(scHolderTTL)
+	renewals, lost := 0, 0
+	for _, ev := range p1.events {
+		if ev.Tag != tag {
+			t.Errorf("event %+v without its lease's tag", ev)
+		}
+		if ev.Lost {
+			lost++
+		} else {
+			renewals++
+		}
+	}
+	if renewals == 0 || lost != 1 {
+		t.Fatalf("%d renewals and %d losses reported; want some and one", renewals, lost)
+	}
+}

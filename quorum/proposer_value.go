@@ -65,7 +65,7 @@ func (p *Proposer) updated(x *op, res OpResult) {
 	if d := x.t0 + l.opts.HolderTTL; d > l.deadline {
 		l.deadline, l.lastStart = d, x.t0
 		ks.lastDeadline = max(ks.lastDeadline, d)
-		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started})
+		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started, Tag: l.tag})
 		p.armLease(ks)
 	}
 	res.Outcome, res.Deadline = Updated, l.deadline
