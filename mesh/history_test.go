@@ -38,6 +38,14 @@ func (r *recorder) attach(m *Mesh) {
 		ghost := func(in qt.Input, out qt.Output) {
 			r.ghosts.Add(res.Key, holder, -1, in, out, started, now)
 		}
+		if res.Swept {
+			// A sweep freed another holder's expired grant: a write that
+			// may take effect until a later write of this node on the key
+			// is chosen (see the simulator's record of it).
+			in := qt.Input{Kind: qt.Cleanup, Holder: holderName(res.Holder, res.HolderInc)}
+			ghost(in, qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: res.Epoch})
+			return
+		}
 		if len(res.Quorum) > 0 && (res.Outcome == quorum.Granted || res.Outcome == quorum.Released) {
 			r.ghosts.Chosen(res.Key, holder, started, now)
 		}

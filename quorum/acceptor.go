@@ -323,6 +323,8 @@ type acceptorFaults struct {
 	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
 	ownBucketSweeps         bool // sweeps pick the keys of this voter's bucket only, never another's copies
 	ownBucketNoncopies      bool // sweeps pick another voter's copies, never another's register this voter kept
+	keepExpiredGrants       bool // sweeps pick free registers only, never a grant whose lease ran out
+	freeLiveGrants          bool // sweeps pick any grant, its lease timed here or not
 }
 
 // AcceptorStats counts what an acceptor did.

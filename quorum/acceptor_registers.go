@@ -37,6 +37,23 @@ import "time"
 // back first, as a read would, and forgets it at the write's ballot once
 // every voter accepted it (see Proposer.maybeWriteBack).
 //
+// Nor is a grant kept for good once its lease has run out. A grant whose
+// holder crashed, was shut down without releasing, or lost its lease and
+// never freed it was kept by every voter until someone acquired the key
+// again, which under per-entity locking nobody does: every key a crashed
+// node held stayed (issue 11 finding 6). So a sweep also picks a held
+// register that this voter no longer times (sweepable), and if every
+// voter answers its peek, none reports time left on the lease, and the
+// value at the highest ballot is that grant, it frees it as a takeover
+// would, epoch kept, and forgets the key at the free value's ballot once
+// every voter accepted it. The write-back's prepare is IfFree, so a voter
+// still timing the lease refuses it, and its answers are checked again
+// (Proposer.mayFreeExpired says why this is safe). A holder whose lease
+// is live renews it, so its register is not idle at the voters that time
+// it; a voter that misses the renewals (cut off from the holder, or left
+// out of its one-round-trip path) picks it once per RegisterIdle, and the
+// peeks, finding it timed elsewhere, leave it.
+//
 // Nor is anything forgotten while a voter change is pending. A voter that
 // restarts then catches up from the voters before the change as well
 // (acceptor_recovery.go), and the change lists and moves the keys those
@@ -58,7 +75,7 @@ import "time"
 // it at the release's ballot, when every voter acknowledged that release
 // (Proposer.forgettable): the acknowledgments say what the peeks would.
 // Sweeps are left the keys nobody dropped that way (a release a voter
-// missed, a node that crashed, keys only read).
+// missed, a node that crashed, holding or not, keys only read).
 
 // register returns key's register, making it from the floors if there is
 // none, and notes that it was used now.
@@ -118,8 +135,29 @@ func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
 	if a.faults.dropAny {
 		return key != ConfigKey
 	}
-	return key != ConfigKey && !r.value.Held && (r.line == nil || len(r.line.watchers) == 0 &&
-		(r.line.handedTo == "" || now >= r.line.handedUntil)) && r.remaining(now) == 0
+	return key != ConfigKey && !r.value.Held && a.unused(r, now)
+}
+
+// sweepable reports whether a sweep may pick r at now: droppable, or a
+// grant whose lease this voter no longer times (its holder crashed, or
+// lost it and never freed it), with nobody waiting and no hand-off. The
+// sweep frees such a grant before it forgets the key, and only if every
+// voter reports no time left on it (Proposer.mayWriteBack).
+func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
+	if a.droppable(key, r, now) {
+		return true
+	}
+	if a.faults.freeLiveGrants {
+		return key != ConfigKey && r.value.Held
+	}
+	return key != ConfigKey && r.value.Held && r.value.Config == nil && !a.faults.keepExpiredGrants && a.unused(r, now)
+}
+
+// unused reports whether nothing at this voter depends on r at now: no
+// timer running, nobody waiting, no hand-off.
+func (a *Acceptor) unused(r *register, now time.Duration) bool {
+	return (r.line == nil || len(r.line.watchers) == 0 && (r.line.handedTo == "" || now >= r.line.handedUntil)) &&
+		r.remaining(now) == 0
 }
 
 // drop forgets key's register, raising the floors to what it knew.
@@ -152,8 +190,9 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 // SweepCandidates returns up to n keys that this voter's node may ask the
 // voters to forget: its own to pick (by hash), idle longest once there are
 // more than MaxRegisters or idle longer than RegisterIdle, and droppable
-// here. Each goes to the back of the list of registers by use, to be looked
-// at again later if it is not forgotten.
+// here, or held by a grant this voter no longer times (sweepable). Each
+// goes to the back of the list of registers by use, to be looked at again
+// later if it is not forgotten.
 //
 // A register of another voter's bucket is picked too, less often
 // (pickedForOthers), since the voter whose key it is may hold no register
@@ -210,7 +249,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 			break
 		}
 		own := bucketOf(r.key, uint32(len(a.m.Voters))) == self
-		if (own || a.pickedForOthers(r)) && a.droppable(r.key, r, now) {
+		if (own || a.pickedForOthers(r)) && a.sweepable(r.key, r, now) {
 			keys = append(keys, r.key)
 		}
 		a.touch(r) // looked at again later, forgotten or not

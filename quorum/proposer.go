@@ -196,6 +196,12 @@ type OpResult struct {
 	// Internal marks the proposer's own background work (freeing a grant
 	// no lease of this node stands for); its ID matches no call.
 	Internal bool
+	// Swept marks background work of another kind: a sweep that freed a
+	// grant whose lease had run out at every voter (Proposer.mayFreeExpired).
+	// Holder and HolderInc name the grant's holder, Epoch its epoch; the
+	// outcome is Released once a majority accepted the free value, else
+	// NoQuorum and Unknown (it may take effect later, or never).
+	Swept bool
 	// Why, on a Cancelled acquire, says what it was waiting for: Locked (a
 	// holder, named in Holder and Epoch when known), NoQuorum (a majority
 	// to answer), or nothing (it had not tried yet).
@@ -383,6 +389,8 @@ type proposerFaults struct {
 	forgetAny               bool            // forget a key whatever the voters hold
 	noSweepWriteBack        bool            // a sweep that finds a key free everywhere but on different ballots leaves it (demoted copies are never forgotten)
 	sweepNeedsEveryFree     bool            // a sweep writes a key back only if every voter holds it free (a missed release is never forgotten)
+	keepExpiredGrants       bool            // a sweep never frees a grant whose lease ran out at every voter (kept for good)
+	freeLiveGrants          bool            // a sweep frees a grant whatever the voters' timers say, with a prepare that is not IfFree
 	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
 	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
 	observeForgottenHeld    bool            // take an observed key's empty register for older than any state at a real ballot
@@ -398,6 +406,10 @@ type ProposerStats struct {
 	// forgetting them: every voter held one free, but not at one ballot
 	// (see maybeWriteBack).
 	WriteBacks uint64
+	// FreedExpired counts the write-backs of a sweep of this node that
+	// freed a grant whose lease had run out at every voter (see
+	// mayFreeExpired).
+	FreedExpired uint64
 }
 
 // NewProposer returns a proposer holding no leases.
@@ -821,6 +833,9 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		// is not known, whatever else was seen.
 		r.Unknown = true
 	}
+	if x.kind == kindForget && x.freed != nil && x.wrote {
+		p.reportSwept(x)
+	}
 	if x.parent != nil {
 		// A step of a voter change: the change reports, not the step.
 		p.changeStep(x.parent, x, r)
@@ -851,6 +866,24 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		p.wakeParked(ks)
 	}
 	p.advance(ks)
+}
+
+// reportSwept reports a forget whose write-back freed an expired grant
+// (mayFreeExpired), as background work: Released once a majority accepted
+// the free value, else of unknown outcome.
+func (p *Proposer) reportSwept(x *op) {
+	g := x.freed
+	r := OpResult{
+		ID: x.id, Key: x.ks.key, Outcome: Released, Epoch: g.Epoch, Holder: g.Holder, HolderInc: g.HolderInc,
+		Started: x.started, RoundStarted: x.roundStart, Internal: true, Swept: true, Ballot: x.ballot, Config: x.votes.m.ID,
+	}
+	if x.phase != phaseAccept || x.votes.nyes < x.votes.m.Majority() {
+		r.Outcome, r.Unknown = NoQuorum, true
+	}
+	if p.results == nil {
+		p.results, p.spare = p.spare, nil
+	}
+	p.results = append(p.results, r)
 }
 
 // advance starts the next queued operation of a key whose slot is free.

@@ -75,10 +75,13 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		return p.changeUpdate(x, base, mine)
 
 	case kindRelease:
-		if !base.Held && base.Epoch == x.epoch {
+		if !base.Held && base.Epoch == x.epoch && slices.Contains(x.attempted, x.epoch) {
 			// Freed already: by an earlier round of this release whose
-			// outcome was not learned (only the holder frees an epoch).
-			// Write it back so that it is chosen before saying so.
+			// outcome was not learned. Write it back so that it is chosen
+			// before saying so. (Freed at this epoch before this release
+			// wrote anything: by a sweep, after the lease had run out at
+			// every voter, mayFreeExpired. Not held, then, as after a
+			// takeover.)
 			return base, OpResult{}, true
 		}
 		// Only the exact grant: this node, this incarnation, this epoch.

@@ -187,6 +187,7 @@ type op struct {
 	favoured  bool          // the last round lost while x's own grant led (ownGrantLeads)
 	watched   bool          // some prepare of x asked the voters to watch the key for it
 	timeLeft  time.Duration // kindMigrate: how long the new voters must time the lease
+	freed     *Value        // forget: the expired grant its write-back frees (maybeWriteBack)
 	prepRID   uint64        // the prepare round before the accepts out (Proposer.latePrep)
 	sentTo    voterIncs     // the voters the accepts went to, and their incarnations
 	// sentToBuf holds sentTo for up to four voters (three voters, and
@@ -325,7 +326,7 @@ func (p *Proposer) startRound(x *op) {
 		// (A forget's write-back asks as an acquire does: it must not
 		// cost a holder, or the waiters a key is handed to, their ballot.)
 		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot,
-			Watch: watch, IfFree: acquire || x.kind == kindForget})
+			Watch: watch, IfFree: acquire || (x.kind == kindForget && !p.faults.freeLiveGrants)})
 	}
 }
 
@@ -764,15 +765,74 @@ func (p *Proposer) maybeForgetKey(x *op) {
 // read would write back too. (Before, every voter had to hold a free
 // value: a voter that missed a release kept the grant below it, and the
 // key was never forgotten; fault sweep-needs-every-free.)
+//
+// The value at the highest ballot may also be a grant whose lease has run
+// out at every voter (mayFreeExpired): the write-back then frees it, as a
+// takeover would, before the key is forgotten.
 func (p *Proposer) mayWriteBack(replies []reply) bool {
 	for i := range replies {
 		r := &replies[i].res
-		if !r.OK || r.Remaining > 0 || r.Value.Config != nil || (r.Value.Held && p.faults.sweepNeedsEveryFree) {
+		if !r.OK || r.Value.Config != nil || (r.Value.Held && p.faults.sweepNeedsEveryFree) ||
+			(r.Remaining > 0 && !p.faults.freeLiveGrants) {
 			return false
 		}
 	}
 	v, _ := highest(replies)
-	return !v.Held
+	return !v.Held || p.mayFreeExpired(v)
+}
+
+// A sweep frees an expired grant. A grant whose holder crashed, was shut
+// down without releasing, or lost its lease and never freed it, stays in
+// every voter's register until someone acquires the key again, and a key
+// locked once per entity (invoice/<id>) never is: without this, every key
+// a crashed node held was kept for good (issue 11 finding 6). So when the
+// value a sweep's peeks find at the highest ballot is a grant, and every
+// voter answered and none times a lease of the key (none reports time
+// left, none holds a configuration, no voter change is pending), the
+// write-back writes it free, keeping its epoch, as the holder's release
+// would have; the forget then drops it at the write's ballot once every
+// voter acknowledged it.
+//
+// Safe as a takeover is, and more cautious: an acquire may take a key
+// over when a majority reports no live timer of the grant, since the
+// majority that accepted its latest lease period meets it, and a timer of
+// that period outlasts the holder's deadline on any clock within the
+// drift bound (D_P ≤ γ·D_A, as in blocked). The write-back asks every
+// voter, twice: the peeks, then an IfFree prepare, which a voter still
+// timing the lease refuses (and whose answers mayWriteBack checks again,
+// Remaining included: the holder's own node is not refused, and never
+// frees its own grant here, that is its cleanup's work). A renewal that
+// lands between the peeks and the prepare starts a timer that refuses it;
+// one that lands after the promise is below the promised ballot, and
+// refused. An acquire that races the sweep wins or loses by ballots like
+// any two writes: if its grant was chosen before a voter promised the
+// sweep's ballot, that voter times it and the write-back ends; if not,
+// its accept is refused where the sweep was promised, and its next round
+// reads the free value and grants above its epoch.
+//
+// The free value keeps the grant's epoch, so every register and floor
+// knows it and the next grant's token is above it (C2). The holder, if it
+// is only cut off, learns nothing new: its lease ran out on its own clock
+// before any voter's timer did, its renewal finds the key not its own
+// (lost), and its release, which only a held lease starts, says NotHeld
+// unless that very release wrote the free value (change, kindRelease).
+// The node reports the free as background work (OpResult.Swept).
+//
+// The cost is a sweep's usual one: a key freed this way costs the peeks,
+// a prepare and an accept at every voter, and the forget, once (three
+// voters that pick it at one sweep duel, and two of them stop at the
+// prepare, as for any write-back). A live lease costs peeks only where
+// a voter no longer times it though the others do (one cut off from the
+// holder, or left out of its one-round-trip path): that voter picks it
+// once per RegisterIdle, and the peeks leave it. Before, such a register
+// was looked at and never picked.
+
+// mayFreeExpired reports whether a sweep may free v, a grant at the
+// highest ballot every voter answered with no time left on it: not if the
+// grant is this node's own (its cleanup frees those, after the deadline it
+// reported).
+func (p *Proposer) mayFreeExpired(v Value) bool {
+	return !p.faults.keepExpiredGrants && v.Config == nil && !v.heldBy(p.cfg.ID, p.cfg.Incarnation)
 }
 
 // A sweep's write-back. The voters answered a forget's peeks with no
@@ -832,6 +892,13 @@ func (p *Proposer) maybeWriteBack(x *op) {
 		incs = append(incs, voterInc{r.from, r.inc})
 	}
 	p.stats.WriteBacks++
+	if base.Held {
+		// An expired grant (mayFreeExpired): free it, epoch kept.
+		g := base
+		x.freed = &g
+		base = Value{Epoch: g.Epoch}
+		p.stats.FreedExpired++
+	}
 	p.sendAccepts(x, base, incs)
 }
 

@@ -58,9 +58,11 @@ func TestCheckerCatchesForgottenOwnVoteAtRandom(t *testing.T) {
 // 8, 5 voters; its voter restarted with no vote saved in 31 runs); with
 // four clients a node, also 1 (TestAudit2NewDiskVoterForgetsItVotedAfterA-
 // Restart scripts it). The runs keep the sweeps of when it was found
-// (own-bucket-noncopies): with audit 12's, which also pick a register a
-// voter kept of another's bucket, they take other paths, and the first
-// catch is seed 338 (5 voters, I8; then 430 and 446, I2).
+// (own-bucket-noncopies, keep-expired-grants): with audit 12's, which also
+// pick a register a voter kept of another's bucket, they take other paths,
+// and the first catch is seed 338 (5 voters, I8; then 430 and 446, I2);
+// with audit 13's as well, which also free grants whose lease ran out at
+// every voter, none in seeds 1-200.
 func TestCheckerCatchesForgottenAmnesiaVoteAtRandom(t *testing.T) {
-	findViolation(t, "forget-amnesia-vote+own-bucket-noncopies", "I2|I8", 200, lostAdopters)
+	findViolation(t, "forget-amnesia-vote+own-bucket-noncopies+keep-expired-grants", "I2|I8", 200, lostAdopters)
 }

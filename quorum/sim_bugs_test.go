@@ -184,6 +184,19 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// register a voter kept when the forget to it was lost is kept
 		// for good.
 		f.acc.ownBucketNoncopies = true
+	case "keep-expired-grants":
+		// Shown by a scripted run
+		// (TestAudit13SweepFreesAGrantWhoseHolderCrashed): a grant whose
+		// holder crashed without releasing it is kept by every voter for
+		// good.
+		f.acc.keepExpiredGrants, f.prop.keepExpiredGrants = true, true
+	case "free-live-grants":
+		// Caught by random runs (TestCheckerCatchesFreeingLiveGrants: seed
+		// 2 with 3 voters) and by a scripted one
+		// (TestAudit13SweepLeavesALeaseAVoterStillTimes): a voter cut off
+		// from a holder that renews through the others frees its lease,
+		// and another node is granted the key inside it (I1).
+		f.acc.freeLiveGrants, f.prop.freeLiveGrants = true, true
 	case "forget-while-pending":
 		f.acc.forgetWhilePending = true
 	case "observe-highest":
@@ -544,6 +557,15 @@ func TestCheckerCatchesForgettingHeldKeys(t *testing.T) {
 // free value gone that grant is again the highest a majority reports.
 func TestCheckerCatchesForgettingOnMajority(t *testing.T) {
 	findViolation(t, "forget-on-majority", "I8|I9", 100, smallRegisters)
+}
+
+// A sweep freeing a grant whatever the voters' timers say (no IfFree
+// prepare, Remaining ignored): a voter that misses a holder's renewals
+// frees its live lease, and the next acquire is granted inside it (seed 2
+// with 3 voters, registers capped; the scripted run is
+// TestAudit13SweepLeavesALeaseAVoterStillTimes).
+func TestCheckerCatchesFreeingLiveGrants(t *testing.T) {
+	findViolation(t, "free-live-grants", "I1", 50, nil)
 }
 
 // skipUnderRace skips a test that runs many simulations when the race

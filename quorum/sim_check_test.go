@@ -340,6 +340,21 @@ func (k *simChecker) quorumOK(n *simNode, res OpResult) {
 // result routes an operation's result and checks what it claims.
 func (k *simChecker) result(n *simNode, res OpResult) {
 	s := k.s
+	if s.onResult != nil {
+		s.onResult(n, res)
+	}
+	if res.Swept {
+		// A sweep freed an expired grant of res.Holder: a write that may
+		// take effect until a higher ballot is chosen. Recorded as a ghost
+		// even when a majority accepted it, since the holder's release
+		// may have been in flight (a release that wrote first says
+		// Released on finding the key free at its epoch): one of the two
+		// frees it, and the model picks which.
+		in := qt.Input{Kind: qt.Cleanup, Holder: holderName(res.Holder, res.HolderInc)}
+		out := qt.Output{Outcome: qt.NoQuorum, Unknown: true, Epoch: res.Epoch}
+		k.addGhost(res.Key, -1, n.holderName(), in, out, n.clock.realAt(res.Started), false, res.Epoch)
+		return
+	}
 	if res.Outcome == Granted || res.Outcome == Released || (res.Outcome == ReadDone && len(res.Quorum) > 0) {
 		k.quorumOK(n, res)
 	}

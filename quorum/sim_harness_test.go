@@ -434,6 +434,9 @@ type sim struct {
 	loss  *diskLoss // simConfig.DiskLoss
 	trace []string
 	fail  []string
+	// onResult, when set (by a scripted test), sees every operation
+	// result a node reports, before the checker routes it.
+	onResult func(n *simNode, res OpResult)
 }
 
 type simStats struct {
@@ -446,17 +449,18 @@ type simStats struct {
 	Adds, Removes, KeysMoved, Joins, ConfigsAdopted     int
 	Forgotten                                           int // registers voters dropped
 	WrittenBack                                         int // keys sweeps wrote back to forget them
+	FreedExpired                                        int // of those, grants whose lease had run out at every voter
 	Updates                                             int // values written by holders
 }
 
 func (st simStats) String() string {
 	return fmt.Sprintf("msgs=%d dropped=%d dup=%d cut=%d tail=%d | partitions=%d oneway=%d crashes=%d fullrestarts=%d | "+
 		"grants=%d releases=%d renewals=%d lost=%d reads=%d writes=%d staleRefused=%d lateWrites=%d cancels=%d unknown=%d noquorum=%d locked=%d | "+
-		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d | forgotten=%d writtenBack=%d",
+		"changes=%d done=%d failed=%d refused=%d adds=%d removes=%d moved=%d joins=%d adopted=%d | forgotten=%d writtenBack=%d freedExpired=%d",
 		st.Messages, st.Dropped, st.Duplicated, st.Cut, st.Delayed, st.Partitions, st.OneWayCuts, st.Crashes, st.FullRestarts,
 		st.Grants, st.Releases, st.Renewals, st.Lost, st.Reads, st.Writes, st.StaleWritesRefused, st.LateWrites, st.Cancels, st.Unknowns, st.NoQuorum, st.Locked,
 		st.Changes, st.ChangesDone, st.ChangesFailed, st.ChangesRefused, st.Adds, st.Removes, st.KeysMoved, st.Joins, st.ConfigsAdopted,
-		st.Forgotten, st.WrittenBack)
+		st.Forgotten, st.WrittenBack, st.FreedExpired)
 }
 
 func newSim(cfg simConfig) *sim {
@@ -1191,6 +1195,7 @@ func (s *sim) countForgotten(n *simNode) {
 	if n.node != nil && n.node.acc != nil {
 		s.stats.Forgotten += int(n.node.acc.Stats().Dropped)
 		s.stats.WrittenBack += int(n.node.prop.Stats().WriteBacks)
+		s.stats.FreedExpired += int(n.node.prop.Stats().FreedExpired)
 	}
 }
 
