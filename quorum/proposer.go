@@ -802,6 +802,7 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		p.doneRenews = append(p.doneRenews, x)
 		p.renewals--
 	}
+	accepting := x.phase == phaseAccept // (reportSwept: the phase ends here)
 	x.phase = phaseDone
 	x.timerGen++
 	p.endRound(x)
@@ -834,7 +835,7 @@ func (p *Proposer) finish(x *op, r OpResult) {
 		r.Unknown = true
 	}
 	if x.kind == kindForget && x.freed != nil && x.wrote {
-		p.reportSwept(x)
+		p.reportSwept(x, accepting)
 	}
 	if x.parent != nil {
 		// A step of a voter change: the change reports, not the step.
@@ -870,14 +871,15 @@ func (p *Proposer) finish(x *op, r OpResult) {
 
 // reportSwept reports a forget whose write-back freed an expired grant
 // (mayFreeExpired), as background work: Released once a majority accepted
-// the free value, else of unknown outcome.
-func (p *Proposer) reportSwept(x *op) {
+// the free value, else of unknown outcome. accepting says whether x was in
+// its accept phase when it finished (finish has ended the phase since).
+func (p *Proposer) reportSwept(x *op, accepting bool) {
 	g := x.freed
 	r := OpResult{
 		ID: x.id, Key: x.ks.key, Outcome: Released, Epoch: g.Epoch, Holder: g.Holder, HolderInc: g.HolderInc,
 		Started: x.started, RoundStarted: x.roundStart, Internal: true, Swept: true, Ballot: x.ballot, Config: x.votes.m.ID,
 	}
-	if x.phase != phaseAccept || x.votes.nyes < x.votes.m.Majority() {
+	if !accepting || x.votes.nyes < x.votes.m.Majority() {
 		r.Outcome, r.Unknown = NoQuorum, true
 	}
 	if p.results == nil {
