@@ -148,3 +148,50 @@ func TestReviewSweepsOfLiveLeasesOverTheCapStorm(t *testing.T) {
 		})
 	}
 }
+
+// An aimed random family for the new rule: the random runs' usual faults,
+// 24 keys picked uniformly (a key whose holder crashed is mostly left to
+// the sweeps, not taken over), registers idle after 150ms (so that a voter that no longer times a
+// grant picks it at once), clocks at the drift bound (adversarial: voters
+// fast, lockers slow; or extreme), and one message in twelve held back
+// for 200ms to 900ms until the heal, around the renew interval (TTL/3) and the TTL: a
+// renewal's accepts reach a voter late, near or past its timer's end,
+// interleaved with the sweeps' peeks, prepares and accepts. Not a
+// digest-pinned family: its runs may change with any rule.
+func TestReviewSweepRacesLateRenewalsAtRandom(t *testing.T) {
+	skipUnderRace(t)
+	seeds := int64(40)
+	if *simSeeds > 0 {
+		seeds = int64(*simSeeds)
+	}
+	var total simStats
+	failed := 0
+	for seed := *simFirst; seed < *simFirst+seeds; seed++ {
+		for _, voters := range []int{3, 5} {
+			cfg := defaultSimConfig(seed, voters)
+			cfg.Aimed, cfg.DiskLoss, cfg.LostAdopters = false, false, false
+			cfg.Bug = *simBug // -sim.bug=free-live-grants: the family's teeth
+			cfg.RegisterIdle = 150 * time.Millisecond
+			cfg.Keys, cfg.Uniform = 24, true // a crashed holder's key is often left alone
+			cfg.Clocks = []string{"adversarial", "extreme"}[seed%2]
+			cfg.Delay = func(s *sim, from, to *simNode) (time.Duration, bool) {
+				if s.healed || s.rand.Intn(12) != 0 {
+					return 0, false // (after the heal, I9 wants round trips)
+				}
+				return 200*time.Millisecond + time.Duration(s.rand.Int63n(int64(700*time.Millisecond))), true
+			}
+			s := newSim(cfg)
+			s.run()
+			total = addStats(total, s.stats)
+			if len(s.fail) > 0 {
+				failed++
+				t.Errorf("seed %d, %d voters: %s", seed, voters, failureReport(s))
+				if failed >= 3 {
+					t.FailNow()
+				}
+			}
+		}
+	}
+	t.Logf("%d seeds x 3,5 voters: grants %d, renewals %d, lost %d, forgotten %d, written back %d, expired grants freed %d",
+		seeds, total.Grants, total.Renewals, total.Lost, total.Forgotten, total.WrittenBack, total.FreedExpired)
+}
