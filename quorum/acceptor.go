@@ -138,6 +138,11 @@ type register struct {
 	// looks counts the sweeps that looked at the register since a round
 	// last used it (it wraps; see SweepCandidates).
 	looks uint8
+	// pickedIn is the RegisterIdle period (from 1) in which a sweep last
+	// picked the register while it held a grant this voter does not time
+	// (pickExpired); in the padding after looks, so the register stays 256
+	// bytes.
+	pickedIn uint32
 	// until is when this acceptor's exclusion timer for value's grant
 	// runs out, on its own clock; hasTimer is false when value is free, or
 	// a grant this acceptor only learned by a write-back (see Value).

@@ -194,4 +194,7 @@ func TestReviewSweepRacesLateRenewalsAtRandom(t *testing.T) {
 	}
 	t.Logf("%d seeds x 3,5 voters: grants %d, renewals %d, lost %d, forgotten %d, written back %d, expired grants freed %d",
 		seeds, total.Grants, total.Renewals, total.Lost, total.Forgotten, total.WrittenBack, total.FreedExpired)
+	if total.FreedExpired == 0 {
+		t.Fatalf("no sweep freed an expired grant in %d seeds: the family does not reach the rule it is for", seeds)
+	}
 }
