@@ -351,6 +351,11 @@ type simNode struct {
 	ops     map[OpID]*simClient
 	holder  map[string]*simClient // key → client holding this node's lease on it
 	changes map[OpID]*simChange   // voter changes this node started
+
+	// checked is what life checkedInc did on each key, for the checker
+	// (simChecker.inc).
+	checked    map[string]*incRec
+	checkedInc uint64
 }
 
 // simDisk is a node's disk: what its acceptor saved last.
