@@ -492,7 +492,9 @@ func newSim(cfg simConfig) *sim {
 
 func (s *sim) at(t time.Duration, fn func()) {
 	s.seq++
-	s.events.push(t, s.seq, event{fn: fn})
+	if e := s.events.push(t, s.seq); e != nil {
+		e.fn = fn
+	}
 }
 
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
@@ -530,8 +532,11 @@ func (s *sim) run0() {
 	s.at(s.cfg.Duration, func() { s.ended = true })
 	s.events.endAt(s.cfg.Duration)
 	for s.events.len() > 0 && !s.ended {
-		var e event
-		s.now, e = s.events.pop()
+		var slot int32
+		s.now, slot = s.events.pop()
+		// e is good until something runs that pushes an event: each case
+		// takes what it needs of e before.
+		e := s.events.event(slot)
 		switch {
 		case e.deliver.to != nil:
 			if d := &e.deliver; d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
@@ -544,6 +549,7 @@ func (s *sim) run0() {
 		default:
 			e.fn()
 		}
+		s.events.done(slot)
 	}
 }
 
@@ -922,7 +928,9 @@ func (s *sim) scheduleTick(n *simNode) {
 	n.tickGen++
 	n.tickAt, n.tickSet = at, true
 	s.seq++
-	s.events.push(at, s.seq, event{tick: n, gen: n.tickGen})
+	if e := s.events.push(at, s.seq); e != nil {
+		e.tick, e.gen = n, n.tickGen
+	}
 }
 
 // tick ticks n, unless a later scheduleTick moved its tick (gen is no
@@ -976,11 +984,11 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
 	s.route(from, to, func(d time.Duration) {
 		s.seq++
-		if !s.events.keeps(s.now + d) {
+		e := s.events.push(s.now+d, s.seq)
+		if e == nil {
 			return // lost: it would arrive after the end (no copy needed)
 		}
-		s.events.push(s.now+d, s.seq, event{deliver: delivery{
-			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}})
+		e.deliver = delivery{from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}
 	})
 }
 
