@@ -300,6 +300,12 @@ type simClock struct {
 	rate     float64
 	offset   time.Duration // local = offset + rate*real
 	wallSkew int64         // µs
+
+	// realAt's last answer, to local (rate and offset never change once
+	// the node starts): a node asks for the same next tick after most
+	// steps, and the division took a percent of a run.
+	lastLocal, lastReal time.Duration
+	lastSet             bool
 }
 
 func (c *simClock) at(real time.Duration) time.Duration {
@@ -314,6 +320,9 @@ func (c *simClock) WallMicros() int64 {
 
 // realAt is the first real time at which the clock reads local or more.
 func (c *simClock) realAt(local time.Duration) time.Duration {
+	if c.lastSet && local == c.lastLocal {
+		return c.lastReal
+	}
 	r := time.Duration(math.Ceil(float64(local-c.offset) / c.rate))
 	for c.at(r) < local {
 		r++
@@ -321,6 +330,7 @@ func (c *simClock) realAt(local time.Duration) time.Duration {
 	for r > 0 && c.at(r-1) >= local {
 		r--
 	}
+	c.lastLocal, c.lastReal, c.lastSet = local, r, true
 	return r
 }
 
