@@ -36,12 +36,10 @@ type simChecker struct {
 	maxToken map[string]uint64
 	tokens   map[string]map[uint64]bool
 
-	// incs is what each proposer incarnation sent, and each acceptor
-	// incarnation promised, on each key; ballots what was sent and
-	// accepted at each ballot of each key (one map each, for one look-up
-	// per operation checked).
-	incs    map[accKey]*incRec
-	ballots map[ballotKey]*ballotRec
+	// ballots is what was sent and accepted at each ballot of each key
+	// (see keyBallots); what each node incarnation did on each key is kept
+	// on the node (simNode.checked).
+	ballots map[string]*keyBallots
 	// The records, carved from slabs.
 	incRecs    slab[incRec]
 	ballotRecs slab[ballotRec]
@@ -119,12 +117,6 @@ type ghost struct {
 	write  writeKey
 }
 
-type accKey struct {
-	node NodeID
-	inc  uint64
-	key  string
-}
-
 // incRec is what one node incarnation did on one key: as a proposer, the
 // highest ballot it sent (I6: a proposer never uses one ballot twice); as
 // an acceptor, the highest ballot it promised.
@@ -134,9 +126,28 @@ type incRec struct {
 	promised Ballot
 }
 
-type ballotKey struct {
-	key    string
-	ballot Ballot
+// keyBallots is what was sent and accepted at each ballot of one key.
+type keyBallots struct {
+	recs map[Ballot]*ballotRec
+	// last is the ballot looked up last, and its record: a round's
+	// prepares and accepts go to every voter and their answers come back
+	// one by one, so that most look-ups are of the ballot before, and
+	// need no hashing of the ballot (whose node name made hashing a fifth
+	// of the checker's time).
+	last    Ballot
+	lastRec *ballotRec
+}
+
+// find is the record of ballot b, or nil.
+func (kb *keyBallots) find(b Ballot) *ballotRec {
+	if kb.lastRec != nil && kb.last == b {
+		return kb.lastRec
+	}
+	r := kb.recs[b]
+	if r != nil {
+		kb.last, kb.lastRec = b, r
+	}
+	return r
 }
 
 // ballotRec is what was sent and accepted at one ballot of one key.
@@ -167,8 +178,7 @@ func newSimChecker(s *sim) *simChecker {
 		grants:   make(map[string][]*grantRec),
 		maxToken: make(map[string]uint64),
 		tokens:   make(map[string]map[uint64]bool),
-		incs:     make(map[accKey]*incRec),
-		ballots:  make(map[ballotKey]*ballotRec),
+		ballots:  make(map[string]*keyBallots),
 		chosen:   make(map[string][]chosenAt),
 		wrote:    make(map[writeKey]*wroteRec),
 		fence:    lease.NewFence(),
@@ -179,26 +189,46 @@ func newSimChecker(s *sim) *simChecker {
 	}
 }
 
-// inc is the record of what incarnation inc of node did on key.
-func (k *simChecker) inc(node NodeID, inc uint64, key string) *incRec {
-	ak := accKey{node, inc, key}
-	r := k.incs[ak]
+// inc is the record of what n's current incarnation did on key. Each life
+// starts with no records (its incarnation is new), and only a node's
+// current life is looked up: the records are kept on the node, by key
+// alone, and those of its earlier lives dropped (hashing the node's name
+// and the key for every look-up was a tenth of the checker's time).
+func (k *simChecker) inc(n *simNode, key string) *incRec {
+	if n.checked == nil || n.checkedInc != n.inc {
+		n.checked, n.checkedInc = make(map[string]*incRec), n.inc
+	}
+	r := n.checked[key]
 	if r == nil {
 		r = k.incRecs.new()
-		k.incs[ak] = r
+		n.checked[key] = r
 	}
 	return r
 }
 
 // ballot is the record of ballot b of key.
 func (k *simChecker) ballot(key string, b Ballot) *ballotRec {
-	bk := ballotKey{key, b}
-	r := k.ballots[bk]
+	kb := k.ballots[key]
+	if kb == nil {
+		kb = &keyBallots{recs: make(map[Ballot]*ballotRec)}
+		k.ballots[key] = kb
+	}
+	r := kb.find(b)
 	if r == nil {
 		r = k.ballotRecs.new()
-		k.ballots[bk] = r
+		kb.recs[b] = r
+		kb.last, kb.lastRec = b, r
 	}
 	return r
+}
+
+// findBallot is the record of ballot b of key, or nil when nothing was
+// sent or accepted at it.
+func (k *simChecker) findBallot(key string, b Ballot) *ballotRec {
+	if kb := k.ballots[key]; kb != nil {
+		return kb.find(b)
+	}
+	return nil
 }
 
 func (k *simChecker) history() *qt.History {
@@ -219,7 +249,7 @@ func (k *simChecker) requestSent(n *simNode, req *Request) {
 			continue
 		}
 		b := k.ballot(op.Key, op.Ballot)
-		sent := k.inc(n.id, n.inc, op.Key)
+		sent := k.inc(n, op.Key)
 		switch op.Kind {
 		case OpPrepare:
 			if b.prepared {
@@ -260,7 +290,7 @@ func (k *simChecker) acceptorAnswered(n *simNode, req *Request, resp *Response) 
 		if !resp.Results[i].OK || (op.Kind != OpPrepare && op.Kind != OpAccept) {
 			continue
 		}
-		acc := k.inc(n.id, n.inc, op.Key)
+		acc := k.inc(n, op.Key)
 		if op.Kind == OpPrepare {
 			acc.promised = maxBallot(acc.promised, op.Ballot)
 			continue
@@ -316,24 +346,22 @@ func (k *simChecker) quorumOK(n *simNode, res OpResult) {
 		k.s.failf("I5: %s decided %q in configuration %d, which no node adopted", n.id, res.Key, res.Config&0xffff)
 		return
 	}
-	seen := make(map[NodeID]bool)
-	for _, id := range res.Quorum {
-		if seen[id] {
+	for i, id := range res.Quorum {
+		if slices.Contains(res.Quorum[:i], id) {
 			k.s.failf("I5: %s counted acceptor %s twice for %q ballot %v", n.id, id, res.Key, res.Ballot)
 			return
 		}
-		seen[id] = true
 		if !m.IsVoter(id) {
 			k.s.failf("I5: %s counted non-voter %s for %q", n.id, id, res.Key)
 			return
 		}
-		if b := k.ballots[ballotKey{res.Key, res.Ballot}]; b == nil || !slices.Contains(b.acceptedBy, id) {
+		if b := k.findBallot(res.Key, res.Ballot); b == nil || !slices.Contains(b.acceptedBy, id) {
 			k.s.failf("I5: %s counted %s for %q ballot %v, which it never accepted", n.id, id, res.Key, res.Ballot)
 			return
 		}
 	}
-	if len(seen) < m.Majority() {
-		k.s.failf("I5: %s decided %q on %d acceptors %v; a majority is %d", n.id, res.Key, len(seen), res.Quorum, m.Majority())
+	if len(res.Quorum) < m.Majority() {
+		k.s.failf("I5: %s decided %q on %d acceptors %v; a majority is %d", n.id, res.Key, len(res.Quorum), res.Quorum, m.Majority())
 	}
 }
 

@@ -300,6 +300,12 @@ type simClock struct {
 	rate     float64
 	offset   time.Duration // local = offset + rate*real
 	wallSkew int64         // µs
+
+	// realAt's last answer, to local (rate and offset never change once
+	// the node starts): a node asks for the same next tick after most
+	// steps, and the division took a percent of a run.
+	lastLocal, lastReal time.Duration
+	lastSet             bool
 }
 
 func (c *simClock) at(real time.Duration) time.Duration {
@@ -314,6 +320,9 @@ func (c *simClock) WallMicros() int64 {
 
 // realAt is the first real time at which the clock reads local or more.
 func (c *simClock) realAt(local time.Duration) time.Duration {
+	if c.lastSet && local == c.lastLocal {
+		return c.lastReal
+	}
 	r := time.Duration(math.Ceil(float64(local-c.offset) / c.rate))
 	for c.at(r) < local {
 		r++
@@ -321,6 +330,7 @@ func (c *simClock) realAt(local time.Duration) time.Duration {
 	for r > 0 && c.at(r-1) >= local {
 		r--
 	}
+	c.lastLocal, c.lastReal, c.lastSet = local, r, true
 	return r
 }
 
@@ -351,6 +361,11 @@ type simNode struct {
 	ops     map[OpID]*simClient
 	holder  map[string]*simClient // key → client holding this node's lease on it
 	changes map[OpID]*simChange   // voter changes this node started
+
+	// checked is what life checkedInc did on each key, for the checker
+	// (simChecker.inc).
+	checked    map[string]*incRec
+	checkedInc uint64
 }
 
 // simDisk is a node's disk: what its acceptor saved last.
@@ -487,7 +502,9 @@ func newSim(cfg simConfig) *sim {
 
 func (s *sim) at(t time.Duration, fn func()) {
 	s.seq++
-	s.events.push(t, s.seq, event{fn: fn})
+	if e := s.events.push(t, s.seq); e != nil {
+		e.fn = fn
+	}
 }
 
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now+d, fn) }
@@ -525,8 +542,11 @@ func (s *sim) run0() {
 	s.at(s.cfg.Duration, func() { s.ended = true })
 	s.events.endAt(s.cfg.Duration)
 	for s.events.len() > 0 && !s.ended {
-		var e event
-		s.now, e = s.events.pop()
+		var slot int32
+		s.now, slot = s.events.pop()
+		// e is good until something runs that pushes an event: each case
+		// takes what it needs of e before.
+		e := s.events.event(slot)
 		switch {
 		case e.deliver.to != nil:
 			if d := &e.deliver; d.to.up && !s.ended && d.to.inc == d.toInc && d.from.inc == d.fromInc {
@@ -539,6 +559,7 @@ func (s *sim) run0() {
 		default:
 			e.fn()
 		}
+		s.events.done(slot)
 	}
 }
 
@@ -927,7 +948,9 @@ func (s *sim) scheduleTick(n *simNode) {
 	n.tickGen++
 	n.tickAt, n.tickSet = at, true
 	s.seq++
-	s.events.push(at, s.seq, event{tick: n, gen: n.tickGen})
+	if e := s.events.push(at, s.seq); e != nil {
+		e.tick, e.gen = n, n.tickGen
+	}
 }
 
 // tick ticks n, unless a later scheduleTick moved its tick (gen is no
@@ -981,11 +1004,11 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
 	s.route(from, to, func(d time.Duration) {
 		s.seq++
-		if !s.events.keeps(s.now + d) {
+		e := s.events.push(s.now+d, s.seq)
+		if e == nil {
 			return // lost: it would arrive after the end (no copy needed)
 		}
-		s.events.push(s.now+d, s.seq, event{deliver: delivery{
-			from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}})
+		e.deliver = delivery{from: from, to: to, fromInc: from.inc, toInc: to.inc, msg: s.copyMessage(msg)}
 	})
 }
 
