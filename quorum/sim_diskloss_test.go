@@ -878,7 +878,7 @@ func (s *sim) aimedBetween(lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(s.rand.Int63n(int64(hi-lo)))
 }
 
-// Soak seed 959720 with 7 voters (the disk-loss family): n8's release of
+// Soak seed 959720 with 7 voters (a seed that changes voters): n8's release of
 // k5 found no majority, the lease ran out, n6's sweep freed the grant
 // (accepted by six voters) and n6 crashed before its sweep ended, so the
 // free was never reported (OpResult.Swept). A read then found k5 free at
