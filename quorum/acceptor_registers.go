@@ -140,9 +140,10 @@ func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
 
 // sweepable reports whether a sweep may pick r at now: droppable, or a
 // grant whose lease this voter no longer times (its holder crashed, or
-// lost it and never freed it), with nobody waiting and no hand-off. The
-// sweep frees such a grant before it forgets the key, and only if every
-// voter reports no time left on it (Proposer.mayWriteBack).
+// lost it and never freed it), with nobody waiting and no hand-off, at
+// most once per RegisterIdle period (pickExpired). The sweep frees such a
+// grant before it forgets the key, and only if every voter reports no
+// time left on it (Proposer.mayWriteBack).
 func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
 	if a.droppable(key, r, now) {
 		return true
@@ -150,7 +151,8 @@ func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
 	if a.faults.freeLiveGrants {
 		return key != ConfigKey && r.value.Held
 	}
-	return key != ConfigKey && r.value.Held && r.value.Config == nil && !a.faults.keepExpiredGrants && a.unused(r, now)
+	return key != ConfigKey && r.value.Held && r.value.Config == nil && !a.faults.keepExpiredGrants && a.unused(r, now) &&
+		a.pickExpired(r, now)
 }
 
 // pickExpired reports whether a sweep may pick r, a register holding a
@@ -166,7 +168,7 @@ func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
 // at its first pick, and the free register is then swept as any other.
 func (a *Acceptor) pickExpired(r *register, now time.Duration) bool {
 	period := uint32(now/a.cfg.RegisterIdle) + 1 // 0: never picked
-	if r.pickedIn == period && !a.faults.freeLiveGrants {
+	if r.pickedIn == period {
 		return false
 	}
 	r.pickedIn = period
@@ -269,7 +271,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 			break
 		}
 		own := bucketOf(r.key, uint32(len(a.m.Voters))) == self
-		if (own || a.pickedForOthers(r)) && a.sweepable(r.key, r, now) && (a.droppable(r.key, r, now) || a.pickExpired(r, now)) {
+		if (own || a.pickedForOthers(r)) && a.sweepable(r.key, r, now) {
 			keys = append(keys, r.key)
 		}
 		a.touch(r) // looked at again later, forgotten or not

@@ -82,6 +82,17 @@ func (w *a13Watch) hook(s *sim, holder NodeID) {
 
 // a13Deadline is the holder's latest deadline (real time) of the grant of
 // a13Key it holds now.
+// a13Take has n's first client take the test's key at 1.5s and hold it
+// for a minute.
+func a13Take(s *sim, n *simNode) {
+	s.at(1500*time.Millisecond, func() {
+		c := n.clients[0]
+		c.holdTime = time.Minute
+		c.acquire(a13Key, true, time.Second)
+		s.flush(n)
+	})
+}
+
 func a13Deadline(s *sim) (time.Duration, uint64) {
 	gs := s.check.grants[a13Key]
 	if len(gs) == 0 {
@@ -146,12 +157,7 @@ func a13Crashed(t *testing.T, bug string) {
 	cfg.Script = func(s *sim) {
 		n3, n4 := s.nodes[3], s.nodes[4]
 		w.hook(s, n3.id)
-		s.at(1500*time.Millisecond, func() {
-			c := n3.clients[0]
-			c.holdTime = time.Minute
-			c.acquire(a13Key, true, time.Second)
-			s.flush(n3)
-		})
+		a13Take(s, n3)
 		s.at(2*time.Second, func() {
 			w.end, epoch = a13Deadline(s)
 			s.crash(n3)
@@ -226,12 +232,7 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 				}
 			}
 		}
-		s.at(1500*time.Millisecond, func() {
-			c := n3.clients[0]
-			c.holdTime = time.Minute
-			c.acquire(a13Key, true, time.Second)
-			s.flush(n3)
-		})
+		a13Take(s, n3)
 		s.at(2*time.Second, func() { cut(true) })
 		s.at(2600*time.Millisecond, func() {
 			w.end, epoch = a13Deadline(s)
@@ -308,12 +309,7 @@ func a13LiveLease(t *testing.T, bug string) {
 	cfg.Script = func(s *sim) {
 		n0, n3, n4 := s.nodes[0], s.nodes[3], s.nodes[4]
 		w.hook(s, n3.id)
-		s.at(1500*time.Millisecond, func() {
-			c := n3.clients[0]
-			c.holdTime = time.Minute
-			c.acquire(a13Key, true, time.Second)
-			s.flush(n3)
-		})
+		a13Take(s, n3)
 		s.at(2*time.Second, func() {
 			s.cut[[2]int{n0.idx, n3.idx}] = true
 			s.cut[[2]int{n3.idx, n0.idx}] = true
