@@ -59,6 +59,7 @@ type options struct {
 	caseTimeout     time.Duration // bound on one case
 	leaseCounts     []int         // renewal: leases held
 	renewWindow     time.Duration // renewal: measuring time per count
+	renewSettle     time.Duration // renewal: wait after taking the leases, before measuring
 	crashTrials     int
 	scalePerNode    int           // scale: goroutines locking on every node
 	scaleDuration   time.Duration // scale: how long they run
@@ -96,7 +97,8 @@ func parseFlags(args []string) (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "how long the throughput and hand-over workloads run")
 	fs.StringVar(&o.out, "out", "", "JSON results file (default bench/results/<date>.json)")
 	fs.BoolVar(&o.quick, "quick", false, "small numbers, for a smoke run (-n 200 -duration 1s, fewer leases, 2 crashes)")
-	fs.DurationVar(&o.renewWindow, "renew-window", 10*time.Second, "renewal: how long each lease count is measured")
+	fs.DurationVar(&o.renewWindow, "renew-window", 30*time.Second, "renewal: how long each lease count is measured")
+	fs.DurationVar(&o.renewSettle, "renew-settle", 10*time.Second, "renewal: how long to let renewals settle after taking the leases, before measuring (0: measure at once)")
 	fs.IntVar(&o.crashTrials, "crashes", 5, "crash: how many holder crashes to time")
 	fs.IntVar(&o.scalePerNode, "scale-per-node", 1, "scale: goroutines taking locks on each of the 64 nodes")
 	fs.DurationVar(&o.scaleDuration, "scale-duration", 20*time.Second, "scale: how long every node takes locks")
@@ -127,6 +129,9 @@ func parseFlags(args []string) (options, error) {
 		if !set["renew-window"] {
 			o.renewWindow = 2 * time.Second
 		}
+		if !set["renew-settle"] {
+			o.renewSettle = 0
+		}
 		if !set["crashes"] {
 			o.crashTrials = 2
 		}
@@ -156,9 +161,9 @@ func parseFlags(args []string) (options, error) {
 		}
 		o.leaseCounts = append(o.leaseCounts, v)
 	}
-	if o.n <= 0 || o.duration <= 0 || o.renewWindow <= 0 || o.crashTrials <= 0 ||
+	if o.n <= 0 || o.duration <= 0 || o.renewWindow <= 0 || o.renewSettle < 0 || o.crashTrials <= 0 ||
 		o.scalePerNode <= 0 || o.scaleDuration <= 0 || o.churnKeys < 10 {
-		return o, fmt.Errorf("-n, -duration, -renew-window, -crashes, -scale-per-node and -scale-duration must be positive, -churn-keys at least 10")
+		return o, fmt.Errorf("-n, -duration, -renew-window, -crashes, -scale-per-node and -scale-duration must be positive, -renew-settle not negative, -churn-keys at least 10")
 	}
 	o.workers, o.handoverWorkers, o.hold = 64, 8, time.Millisecond
 	o.latencyBudget = 60 * time.Second

@@ -21,7 +21,7 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 	rep.Options = map[string]any{
 		"cases": o.cases, "n": o.n, "duration": o.duration.String(), "quick": o.quick,
 		"workers": o.workers, "handover_workers": o.handoverWorkers,
-		"leases": o.leaseCounts, "renew_window": o.renewWindow.String(), "crashes": o.crashTrials,
+		"leases": o.leaseCounts, "renew_window": o.renewWindow.String(), "renew_settle": o.renewSettle.String(), "crashes": o.crashTrials,
 		"scale_per_node": o.scalePerNode, "scale_duration": o.scaleDuration.String(), "churn_keys": o.churnKeys,
 	}
 	start := time.Now()
