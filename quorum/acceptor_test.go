@@ -2,6 +2,7 @@ package quorum
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -1405,5 +1406,58 @@ func TestAcceptorLetsGoOfEmptyLines(t *testing.T) {
 	mustOK(t, "grant", f.one("w", Op{ID: 2, Kind: OpAccept, Key: "k", Ballot: b, Inc: accInc, Value: grantTo("w", 1, b)}))
 	if l := f.a.regs["k"].line; l != nil {
 		t.Fatalf("after the waiter's grant the register keeps a line %+v", *l)
+	}
+}
+
+// A request of many operations (a renewal batch) is answered exactly as the
+// same operations one request at a time: the look-ahead over a batch's
+// registers (Acceptor.warm) only reads. The batch drops a register and makes
+// it again, and peeks at keys no register holds, within one look-ahead.
+func TestAcceptorBatchAnswersAsOneByOne(t *testing.T) {
+	var ops []Op
+	add := func(op Op) { op.ID = uint64(len(ops) + 1); ops = append(ops, op) }
+	b1, b2, b3, b4 := bal(1, "p"), bal(2, "p"), bal(3, "p"), bal(4, "p")
+	for i := range 40 {
+		k := fmt.Sprintf("k%02d", i)
+		add(Op{Kind: OpAccept, Key: k, Ballot: b1, Inc: accInc, Value: grantTo("p", uint64(i+1), b1), Next: b2})
+	}
+	for i := range 10 {
+		add(Op{Kind: OpPeek, Key: fmt.Sprintf("u%02d", i)})
+		add(Op{Kind: OpPrepare, Key: fmt.Sprintf("k%02d", 10+i), Ballot: bal(9, "q"), IfFree: true})
+	}
+	add(Op{Kind: OpAccept, Key: "k05", Ballot: b2, Inc: accInc, Value: Value{Epoch: 6}, Next: b3})
+	add(Op{Kind: OpForget, Key: "k05", Ballot: b2})
+	add(Op{Kind: OpAccept, Key: "k05", Ballot: b4, Inc: accInc, Value: grantTo("p", 7, b4)})
+	add(Op{Kind: OpPeek, Key: "k05"})
+
+	batch, single := newLiveAcceptor(t), newLiveAcceptor(t)
+	resp := batch.a.HandleRequest(&Request{Config: batch.m.ID, From: "p", To: batch.id, Ops: slices.Clone(ops)})
+	if resp.Status != StatusOK || len(resp.Results) != len(ops) {
+		t.Fatalf("batch: status %v, %d results for %d operations", resp.Status, len(resp.Results), len(ops))
+	}
+	dropped := false
+	for i, op := range ops {
+		one := single.a.HandleRequest(&Request{Config: single.m.ID, From: "p", To: single.id, Ops: []Op{op}})
+		if !reflect.DeepEqual(one.Results[0], resp.Results[i]) {
+			t.Fatalf("operation %d (%v %s): one by one %+v, in the batch %+v", i, op.Kind, op.Key, one.Results[0], resp.Results[i])
+		}
+		if op.Kind == OpForget && single.a.regs["k05"] == nil {
+			dropped = true
+		}
+	}
+	if !dropped {
+		t.Fatalf("the forget did not drop k05: the batch no longer makes a register again after a drop")
+	}
+	if len(batch.a.regs) != len(single.a.regs) {
+		t.Fatalf("the batch left %d registers, one by one %d", len(batch.a.regs), len(single.a.regs))
+	}
+	for k, r := range single.a.regs {
+		q := batch.a.regs[k]
+		if q == nil || q.value != r.value || q.promise != r.promise || q.accepted != r.accepted || q.remaining(0) != r.remaining(0) {
+			t.Fatalf("register %s: one by one %+v, after the batch %+v", k, r, q)
+		}
+	}
+	if batch.a.Stats() != single.a.Stats() {
+		t.Fatalf("stats: one by one %+v, after the batch %+v", single.a.Stats(), batch.a.Stats())
 	}
 }
