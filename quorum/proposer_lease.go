@@ -4,28 +4,47 @@ import "time"
 
 // heldLease is a lease this node holds.
 type heldLease struct {
-	epoch     uint64
-	deadline  time.Duration // t0 of the latest successful grant or renewal + HolderTTL
-	lastStart time.Duration // that t0
-	opts      AcquireOptions
-	renewing  bool
-	gen       uint64 // bumps invalidate the lease's timers
+	epoch    uint64
+	deadline time.Duration // t0 of the latest successful grant or renewal + HolderTTL
+	// opts are the options of the acquire that took the lease, with no
+	// Deadline (that acquire's own), and shared with every lease taken
+	// with the same ones (Proposer.leaseOptions): they do not change while
+	// the lease is held.
+	opts *AcquireOptions
+	gen  uint64 // bumps invalidate the lease's timers
 	// noticeAt is when the armed notice timer fires (0: none armed). A
 	// renewal does not move it: the timer, once due, looks at the deadline
 	// then and sets itself again if it moved, so that a node renewing many
 	// leases arms one notice timer per lease per TTL, not per renewal.
 	noticeAt time.Duration
-	index    int // in Proposer.held
+	index    int32 // in Proposer.held (an int32 and renewing share a word: the lease is 64 bytes)
+	renewing bool
 	tag      any // Node.TagLease
 }
 
+// lastStart is the t0 of the latest successful grant or renewal: the
+// deadline is always that t0 + HolderTTL.
+func (l *heldLease) lastStart() time.Duration { return l.deadline - l.opts.HolderTTL }
+
 func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.Duration, opts AcquireOptions) {
-	l := &heldLease{epoch: epoch, deadline: deadline, lastStart: deadline - opts.HolderTTL, opts: opts}
+	l := &heldLease{epoch: epoch, deadline: deadline, opts: p.leaseOptions(opts)}
 	ks.lease = l
 	ks.lastDeadline = max(ks.lastDeadline, deadline)
-	l.index = len(p.held)
+	l.index = int32(len(p.held))
 	p.held = append(p.held, ks)
 	p.armLease(ks)
+}
+
+// leaseOptions is opts without its Deadline (an acquire's own, which no
+// later operation on the lease reads), shared with the leases installed
+// before it with the same options: a node holding 100,000 leases taken
+// alike keeps one copy, not one each (64 bytes a lease).
+func (p *Proposer) leaseOptions(opts AcquireOptions) *AcquireOptions {
+	opts.Deadline = 0
+	if p.lastLeaseOpts == nil || *p.lastLeaseOpts != opts {
+		p.lastLeaseOpts = &opts
+	}
+	return p.lastLeaseOpts
 }
 
 // armLease sets the lease's notice timer and makes sure the proposer's one
@@ -35,7 +54,7 @@ func (p *Proposer) armLease(ks *keyState) {
 	if at := l.deadline - l.opts.Notice; l.noticeAt == 0 || at < l.noticeAt {
 		p.armNotice(ks, at)
 	}
-	p.armRenew(l.lastStart + l.opts.RenewEvery)
+	p.armRenew(l.lastStart() + l.opts.RenewEvery)
 }
 
 func (p *Proposer) armNotice(ks *keyState, at time.Duration) {
@@ -63,6 +82,9 @@ func (p *Proposer) dropLease(ks *keyState) {
 	}
 	l := ks.lease
 	l.gen++
+	if l.tag != nil {
+		p.tagged--
+	}
 	// Swap-remove keeps the list dense and the order reproducible.
 	last := p.held[len(p.held)-1]
 	p.held[l.index] = last
@@ -93,8 +115,8 @@ func (p *Proposer) renewDue(now time.Duration) {
 			i++
 			continue
 		}
-		if now < l.lastStart+l.opts.RenewEvery/2 {
-			if due := l.lastStart + l.opts.RenewEvery; !any || due < next {
+		if now < l.lastStart()+l.opts.RenewEvery/2 {
+			if due := l.lastStart() + l.opts.RenewEvery; !any || due < next {
 				next, any = due, true
 			}
 			i++
@@ -114,7 +136,7 @@ func (p *Proposer) renewDue(now time.Duration) {
 		// renewals of a pass together (LeaseEvent.Started).
 		x.started = now
 		x.epoch = l.epoch
-		x.opts = l.opts
+		x.opts = *l.opts
 		p.enqueue(x, true)
 		if i < len(p.held) && p.held[i] == ks {
 			i++
@@ -162,7 +184,7 @@ func (p *Proposer) renewed(x *op, now time.Duration) {
 		t0 = now
 	}
 	if d := t0 + l.opts.HolderTTL; d > l.deadline {
-		l.deadline, l.lastStart = d, t0
+		l.deadline = d
 		ks.lastDeadline = max(ks.lastDeadline, d)
 		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started, Tag: l.tag})
 	}
@@ -232,7 +254,7 @@ func (p *Proposer) park(x *op, res OpResult) {
 	at := min(now+wait, x.deadline)
 	x.timerGen++
 	p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
-	if ks.notices != x.noticesAt {
+	if ks.noticeCount() != x.noticesAt {
 		// An acceptor said the key was free while this round was out:
 		// its Notify travels apart from the round's replies and may
 		// overtake them, and it will not be sent again. Try again now
