@@ -20,6 +20,7 @@ func TestHeldLeaseStateSizes(t *testing.T) {
 		{"keyState", unsafe.Sizeof(keyState{}), 288},
 		{"heldLease", unsafe.Sizeof(heldLease{}), 64},
 		{"register", unsafe.Sizeof(register{}), 256},
+		{"timer", unsafe.Sizeof(timer{}), 48}, // a notice timer per lease
 	} {
 		if c.size > c.max {
 			t.Errorf("%s is %d bytes, above its %d-byte size class", c.name, c.size, c.max)

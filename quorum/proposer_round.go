@@ -454,7 +454,7 @@ func (p *Proposer) newRound(x *op) {
 	if x.kind == kindRenew {
 		wait = p.roundTimer()
 	}
-	p.arm(timer{at: x.phaseAt + wait, kind: timerRound, op: x, gen: x.timerGen})
+	p.arm(timer{at: x.phaseAt + wait, kind: timerRound, on: x, gen: x.timerGen})
 }
 
 // roundTimer is how long a renewal waits for its majority before it is
@@ -1395,7 +1395,7 @@ func (p *Proposer) retry(x *op) {
 		return
 	}
 	x.timerGen++
-	p.arm(timer{at: now + wait, kind: timerRetry, op: x, gen: x.timerGen})
+	p.arm(timer{at: now + wait, kind: timerRetry, on: x, gen: x.timerGen})
 }
 
 // backoff is the base of the random wait before a round lost to rival
@@ -1498,7 +1498,7 @@ func (p *Proposer) spawnCleanup(ks *keyState, at time.Duration, epochs []uint64)
 		w := ks.waitsOf()
 		w.parked = append(w.parked, x)
 		x.timerGen++
-		p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
+		p.arm(timer{at: at, kind: timerWake, on: x, gen: x.timerGen})
 		return
 	}
 	p.enqueue(x, false)
