@@ -258,3 +258,52 @@ func TestWaitBehindOwnLease(t *testing.T) {
 	}
 	second.Release(ctx)
 }
+
+// TestLeasesHeldCountedByTheNode: the node keeps this node's leases with
+// their Lease (no table of its own in the mesh): Status counts them, a
+// release takes one out at once, and Shutdown ends the rest.
+func TestLeasesHeldCountedByTheNode(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	m := c.nodes[0]
+	a, err := m.Acquire(ctx, "count/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Acquire(ctx, "count/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Status().Leases; n != 2 {
+		t.Fatalf("Status().Leases = %d holding two", n)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.Status().Leases; n != 1 {
+		t.Fatalf("Status().Leases = %d after releasing one of two", n)
+	}
+	// The released key is this node's to take again; the held one is not.
+	if _, err := m.TryAcquire(ctx, "count/b"); !errors.Is(err, ErrAlreadyHeld) {
+		t.Fatalf("TryAcquire of the key still held: %v", err)
+	}
+	a2, err := m.Acquire(ctx, "count/a")
+	if err != nil {
+		t.Fatalf("Acquire after the release: %v", err)
+	}
+	m.Shutdown()
+	for _, l := range []*Lease{b, a2} {
+		select {
+		case <-l.Done():
+		default:
+			t.Fatalf("%s not ended by Shutdown", l.Key())
+		}
+		if !errors.Is(l.Err(), ErrClosed) {
+			t.Errorf("%s: Err %v after Shutdown, want ErrClosed", l.Key(), l.Err())
+		}
+	}
+	if n := m.Status().Leases; n != 0 {
+		t.Errorf("Status().Leases = %d after Shutdown", n)
+	}
+}

@@ -21,21 +21,37 @@ type Lease struct {
 	m       *Mesh
 	key     string
 	token   uint64
-	granted time.Time
+	granted time.Duration // on m.clock
 	ttl     time.Duration
 	sem     *quorum.Semaphore // the semaphore whose slot this is (AcquireSemaphore)
 
 	mu       sync.Mutex
-	deadline time.Time
-	value    string // as the holder last wrote it
-	valueSeq uint64 // SetValue calls begun; applied is the latest that took effect
-	applied  uint64
+	deadline time.Duration // on m.clock
+	// val is the lease's value, nil while it has none and no SetValue
+	// began (most leases: a node may hold 100,000, and their Lease is
+	// most of what it keeps for each).
+	val      *leaseValue
 	err      error
 	released bool
 	// sig holds the channels and the context, made when first asked for
 	// (a node may hold 100,000 leases, few of them watched, and renewing
 	// them must not cost a channel each time): nil until then.
 	sig *leaseSignals
+}
+
+// leaseValue is a Lease's value and the SetValue calls on it.
+type leaseValue struct {
+	value    string // as the holder last wrote it
+	valueSeq uint64 // SetValue calls begun; applied is the latest that took effect
+	applied  uint64
+}
+
+// values is l.val, made if there is none (l.mu held).
+func (l *Lease) values() *leaseValue {
+	if l.val == nil {
+		l.val = &leaseValue{}
+	}
+	return l.val
 }
 
 // leaseSignals are how a Lease tells its watchers what happened.
@@ -54,8 +70,12 @@ func (l *Lease) signals() *leaseSignals {
 	return l.sig
 }
 
-func newLease(m *Mesh, key string, token uint64, granted, deadline time.Time, value string) *Lease {
-	return &Lease{m: m, key: key, token: token, granted: granted, deadline: deadline, value: value}
+func newLease(m *Mesh, key string, token uint64, granted, deadline time.Duration, value string) *Lease {
+	l := &Lease{m: m, key: key, token: token, granted: granted, deadline: deadline}
+	if value != "" {
+		l.val = &leaseValue{value: value}
+	}
+	return l
 }
 
 // Key is the lock's key.
@@ -71,7 +91,7 @@ func (l *Lease) Token() uint64 { return l.token }
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deadline
+	return l.m.clock.at(l.deadline)
 }
 
 // TTL is the lease's TTL (WithTTL, or Config.Timing.TTL).
@@ -81,7 +101,7 @@ func (l *Lease) TTL() time.Duration { return l.ttl }
 // read its clock just before it asked the voters, and the first Deadline
 // was Granted plus the holder's share of the TTL. Every interval during
 // which this holder may act starts at or after it.
-func (l *Lease) Granted() time.Time { return l.granted }
+func (l *Lease) Granted() time.Time { return l.m.clock.at(l.granted) }
 
 // Renewed returns a channel that is closed when Deadline next moves (a
 // renewal, or a SetValue, which renews too) or the lease ends. Take the
@@ -121,7 +141,10 @@ func (l *Lease) moved() {
 func (l *Lease) Value() []byte {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.userValue(l.value)
+	if l.val == nil {
+		return nil
+	}
+	return l.userValue(l.val.value)
 }
 
 // userValue is v without a semaphore slot's header.
@@ -216,7 +239,7 @@ func (l *Lease) Release(ctx context.Context) error {
 		return err
 	}
 	l.released = true
-	l.deadline = time.Now()
+	l.deadline = m.clock.Now()
 	l.mu.Unlock()
 	var deadline time.Duration // zero: the proposer's own bound
 	if d, ok := ctx.Deadline(); ok {
@@ -231,8 +254,8 @@ func (l *Lease) Release(ctx context.Context) error {
 			startErr = l.Err() // lost (or closed) a moment ago
 			return
 		}
-		if m.leases[l.key] == l {
-			delete(m.leases, l.key)
+		if n.LeaseTag(l.key) == any(l) {
+			n.TagLease(l.key, l.token, nil) // no longer one of this node's leases
 		}
 		m.gaugeLeases()
 		id, err := n.Release(l.key, l.token, deadline)
@@ -397,7 +420,7 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 		startErr, heldErr error
 	}
 	m.drive(func(n *quorum.Node) {
-		if l := m.leases[key]; l != nil && !(wait && o.behindOwn) {
+		if l, _ := n.LeaseTag(key).(*Lease); l != nil && !(wait && o.behindOwn) {
 			// An acquire would wait for this node's own lease to end,
 			// which a caller that holds it will never see.
 			st.heldErr = &LockedError{Key: key, Holder: m.cfg.Name, Token: l.token, ThisNode: true}
@@ -658,11 +681,12 @@ func (m *Mesh) result(res quorum.OpResult) {
 	delete(m.waiters, res.ID)
 	out := outcome{res: res}
 	if res.Outcome == quorum.Granted {
-		l := newLease(m, res.Key, res.Epoch, m.clock.at(res.LeaseStart), m.clock.at(res.Deadline), res.Value.Data)
+		l := newLease(m, res.Key, res.Epoch, res.LeaseStart, res.Deadline, res.Value.Data)
 		l.ttl = res.Value.TTL
-		m.leases[res.Key] = l
-		// Its renewals name it (LeaseEvent.Tag): no lookup by key for
-		// each of them (a twelfth of a holder's CPU at 100,000 leases).
+		// The node keeps it with the lease (Node.LeaseTag): the mesh's
+		// table of its leases. Its renewals name it (LeaseEvent.Tag): no
+		// lookup by key for each of them (a twelfth of a holder's CPU at
+		// 100,000 leases).
 		m.node.TagLease(res.Key, res.Epoch, l)
 		out.lease = l
 		m.incr("leases.granted", 1)
@@ -706,17 +730,15 @@ func (m *Mesh) renewals(start time.Duration, n uint64) {
 func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) bool {
 	l, _ := ev.Tag.(*Lease)
 	if l == nil {
-		l = m.leases[ev.Key]
+		l, _ = m.node.LeaseTag(ev.Key).(*Lease)
 	}
 	if l == nil || l.token != ev.Epoch {
 		return false
 	}
 	if ev.Lost {
-		if m.leases[ev.Key] != l {
-			return false // released here meanwhile (Release took it out)
+		if !l.end(fmt.Errorf("lease on %q (token %d): %s: %w", ev.Key, ev.Epoch, ev.Reason, ErrLeaseLost)) {
+			return false // released (or closed) here meanwhile
 		}
-		delete(m.leases, ev.Key)
-		l.end(fmt.Errorf("lease on %q (token %d): %s: %w", ev.Key, ev.Epoch, ev.Reason, ErrLeaseLost))
 		m.incr("leases.lost", 1)
 		m.log.Warn("lease lost", "key", ev.Key, "token", ev.Epoch, "reason", ev.Reason.String())
 		m.gaugeLeases()
@@ -727,7 +749,7 @@ func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) bool {
 	if live {
 		// (A renewal that lands while Release runs must not move the
 		// deadline past the release.)
-		l.deadline = m.clock.at(ev.Deadline)
+		l.deadline = ev.Deadline
 		l.moved()
 	}
 	l.mu.Unlock()

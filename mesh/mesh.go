@@ -74,7 +74,8 @@ type Mesh struct {
 	voting  atomic.Pointer[quorum.VotingState] // as the node last said
 	rand    *rand.Rand
 	waiters map[quorum.OpID]chan outcome
-	leases  map[string]*Lease
+	// (The leases this node holds are kept by the node, each with its
+	// Lease: Node.TagLease, LeaseTag, LeaseTags.)
 	// Requests received from the network wait for the node's answer in
 	// inbound, by the Ref they were given (nodeMu; engine.go, ask).
 	nextRef atomic.Uint64
@@ -121,7 +122,6 @@ func New(cfg *Config) (*Mesh, error) {
 		waiters:  make(map[quorum.OpID]chan outcome),
 		inbound:  make(map[uint64]*inbound),
 		fetching: make(map[fetchKey]bool),
-		leases:   make(map[string]*Lease),
 		kick:     make(chan struct{}, 1),
 		started:  make(chan struct{}),
 		closed:   make(chan struct{}),
@@ -467,9 +467,11 @@ func (m *Mesh) Leave(ctx context.Context) error {
 			m.node.Cancel(id) // only acquires are cancelled
 		}
 	}
-	held := make([]*Lease, 0, len(m.leases))
-	for _, l := range m.leases {
-		held = append(held, l)
+	var held []*Lease
+	if m.node != nil {
+		for _, t := range m.node.LeaseTags() {
+			held = append(held, t.(*Lease))
+		}
 	}
 	m.nodeMu.Unlock()
 	m.drive(nil) // send what the cancellations want sent
@@ -515,9 +517,12 @@ func (m *Mesh) Shutdown() error {
 			ch <- outcome{err: ErrClosed}
 			delete(m.waiters, id)
 		}
-		for k, l := range m.leases {
-			l.end(ErrClosed)
-			delete(m.leases, k)
+		if m.node != nil {
+			for _, t := range m.node.LeaseTags() {
+				l := t.(*Lease)
+				l.end(ErrClosed)
+				m.node.TagLease(l.key, l.token, nil)
+			}
 		}
 		m.nodeMu.Unlock()
 		m.dd.close()

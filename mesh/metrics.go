@@ -275,5 +275,5 @@ func (m *Mesh) gauge(name string, v float32) {
 
 // gaugeLeases reports how many leases this node holds (nodeMu held).
 func (m *Mesh) gaugeLeases() {
-	m.gauge("leases.held", float32(len(m.leases)))
+	m.gauge("leases.held", float32(m.node.TaggedLeases()))
 }

@@ -83,8 +83,8 @@ func (m *Mesh) Status() Status {
 	st.VotingState = m.votingState()
 	var rec *quorum.Recovery
 	m.nodeMu.Lock()
-	st.Leases = len(m.leases)
 	if m.node != nil {
+		st.Leases = m.node.TaggedLeases()
 		st.Proposer, st.Acceptor = m.node.Stats()
 		r := m.node.Recovery()
 		rec = &r

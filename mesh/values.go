@@ -99,8 +99,9 @@ func (l *Lease) SetValue(ctx context.Context, value []byte) error {
 		}
 		return fmt.Errorf("setting the value of %q: %w", l.key, err)
 	}
-	l.valueSeq++
-	seq := l.valueSeq
+	val := l.values()
+	val.valueSeq++
+	seq := val.valueSeq
 	l.mu.Unlock()
 	var deadline = m.clock.Now() + 3*m.cfg.roundTimeout()
 	if d, ok := ctx.Deadline(); ok {
@@ -128,8 +129,8 @@ func (l *Lease) SetValue(ctx context.Context, value []byte) error {
 			return out.err
 		case out.res.Outcome == quorum.Updated:
 			l.mu.Lock()
-			if seq > l.applied {
-				l.value, l.applied = v, seq
+			if seq > val.applied {
+				val.value, val.applied = v, seq
 			}
 			l.mu.Unlock()
 			return nil

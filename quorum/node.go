@@ -398,6 +398,17 @@ func (n *Node) TagLease(key string, epoch uint64, tag any) bool {
 	return n.prop.TagLease(key, epoch, tag)
 }
 
+// LeaseTag is the tag of the lease this node holds on key: nil if it holds
+// none, or TagLease gave it none (or took it off with a nil tag). With it
+// the driver keeps no table of its leases beside the node's.
+func (n *Node) LeaseTag(key string) any { return n.prop.LeaseTag(key) }
+
+// LeaseTags are the tags of the leases this node holds that have one.
+func (n *Node) LeaseTags() []any { return n.prop.LeaseTags() }
+
+// TaggedLeases is how many leases this node holds with a tag.
+func (n *Node) TaggedLeases() int { return n.prop.Tagged() }
+
 // Step takes a message from another node (see Message for who owns what).
 func (n *Node) Step(msg *Message) {
 	switch msg.Kind {

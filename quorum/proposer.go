@@ -322,6 +322,13 @@ type Proposer struct {
 	// caller can name or cancel one, and at many leases the map's two
 	// writes per renewal cost more than the rest of its bookkeeping.
 	renewals int
+	// lastLeaseOpts are the options of the lease installed last, shared
+	// by the leases installed with the same ones (leaseOptions).
+	lastLeaseOpts *AcquireOptions
+	// tagged counts the leases held with a tag (TagLease).
+	tagged int
+	// incsShared holds the sets of voters that fast paths share.
+	incsShared sharedIncs
 
 	// forgetting is how many forgets are in progress (Node.sweep).
 	forgetting int
@@ -572,9 +579,39 @@ func (p *Proposer) TagLease(key string, epoch uint64, tag any) bool {
 	if ks == nil || ks.lease == nil || ks.lease.epoch != epoch {
 		return false
 	}
+	switch l := ks.lease; {
+	case l.tag == nil && tag != nil:
+		p.tagged++
+	case l.tag != nil && tag == nil:
+		p.tagged--
+	}
 	ks.lease.tag = tag
 	return true
 }
+
+// LeaseTag is the tag (TagLease) of the lease this node holds on key; nil
+// if it holds none, or the lease has none.
+func (p *Proposer) LeaseTag(key string) any {
+	if ks := p.keys[key]; ks != nil && ks.lease != nil {
+		return ks.lease.tag
+	}
+	return nil
+}
+
+// LeaseTags are the tags of the leases held that have one, in a
+// reproducible order.
+func (p *Proposer) LeaseTags() []any {
+	tags := make([]any, 0, p.tagged)
+	for _, ks := range p.held {
+		if t := ks.lease.tag; t != nil {
+			tags = append(tags, t)
+		}
+	}
+	return tags
+}
+
+// Tagged is how many leases held have a tag.
+func (p *Proposer) Tagged() int { return p.tagged }
 
 // Pending is the number of operations in progress, background work
 // included.
@@ -691,9 +728,9 @@ func (p *Proposer) HandleNotify(n *Notify) {
 		}
 		if i < len(n.Promised) {
 			ks.counter = max(ks.counter, n.Promised[i])
-			ks.freedAt = max(ks.freedAt, n.Promised[i])
+			ks.notesOf().freedAt = max(ks.freedAt(), n.Promised[i])
 		}
-		ks.notices++
+		ks.notesOf().count++
 		p.wakeParked(ks)
 		if x := ks.active; x != nil && x.kind == kindAcquire && x.phase == phaseBackoff {
 			// Backing off after a lost round: the key is free and handed
@@ -1052,5 +1089,5 @@ func (p *Proposer) forgetRegisters(key string, b Ballot) {
 // was used and went idle again since) from the current one.
 type idleKey struct {
 	ks  *keyState
-	seq uint64
+	seq uint32
 }

@@ -481,7 +481,7 @@ func (p *Proposer) armObserve(o *observation) {
 	}
 	at = max(at, p.clock.Now()+time.Millisecond) // time moves on between two looks
 	o.gen++
-	p.arm(timer{at: at, kind: timerObserve, ob: o, gen: o.gen})
+	p.arm(timer{at: at, kind: timerObserve, on: o, gen: o.gen})
 }
 
 // observeTimer runs the observation's timer.

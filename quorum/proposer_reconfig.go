@@ -453,7 +453,7 @@ func (p *Proposer) Adopt(m Membership) bool {
 		x.repair = nil
 		x.phase = phaseBackoff
 		x.timerGen++
-		p.arm(timer{at: now, kind: timerRetry, op: x, gen: x.timerGen})
+		p.arm(timer{at: now, kind: timerRetry, on: x, gen: x.timerGen})
 	}
 	p.observeAdopted(now)
 	return true

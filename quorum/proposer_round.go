@@ -62,16 +62,51 @@ type keyState struct {
 	fastRID      uint64    // the accept round that left fast (Proposer.rounds)
 	idle         bool      // idle: counted in Proposer.nidle
 	current      bool      // the state Proposer.keys holds for the key
-	idleSeq      uint64    // tells the current idle-list entry from stale ones
-	notices      uint64    // how many Notifies for the key arrived (HandleNotify)
-	// freedAt is the highest ballot counter a voter had promised when it
-	// said the key was free (Notify.Promised): a lease seen accepted below
-	// it may have been released since (see maybeConcludeEarly).
-	freedAt uint64
+	// idleSeq tells the current idle-list entry from stale ones. 32 bits
+	// (in the word of the two flags) are plenty: the list is compacted
+	// at 2·MaxIdleKeys+16 entries, so no stale entry outlives more than
+	// that many more entries of its key.
+	idleSeq uint32
+	// notes is what Notifies for the key said; nil until one arrives (a
+	// held lease's key hears none: 16 bytes less, a 288-byte key state).
+	notes *keyNotes
 	// epochSeen is the highest epoch any voter reported for the key
 	// (MaxEpoch, a value's epoch) in answer to this node: a fast path's
 	// round hears nothing, and its next epoch must still be above it.
 	epochSeen uint64
+}
+
+// keyNotes are what Notifies for a key said (HandleNotify).
+type keyNotes struct {
+	count uint64 // how many arrived
+	// freedAt is the highest ballot counter a voter had promised when it
+	// said the key was free (Notify.Promised): a lease seen accepted below
+	// it may have been released since (see maybeConcludeEarly).
+	freedAt uint64
+}
+
+// noticeCount is how many Notifies for the key arrived.
+func (ks *keyState) noticeCount() uint64 {
+	if ks.notes == nil {
+		return 0
+	}
+	return ks.notes.count
+}
+
+// notesOf is ks.notes, made if there is none.
+func (ks *keyState) notesOf() *keyNotes {
+	if ks.notes == nil {
+		ks.notes = &keyNotes{}
+	}
+	return ks.notes
+}
+
+// freedAt is keyNotes.freedAt, 0 before any Notify.
+func (ks *keyState) freedAt() uint64 {
+	if ks.notes == nil {
+		return 0
+	}
+	return ks.notes.freedAt
 }
 
 func (ks *keyState) unused() bool {
@@ -145,9 +180,63 @@ func (v voterIncs) get(id NodeID) uint64 {
 	return 0
 }
 
+// sharedIncs keeps the voterIncs that fast paths hold, one copy of each
+// set: on a node that renews many leases nearly every key's fast path
+// holds one of a few sets (the voters that answered, in their lives), and
+// an array per key was 80 bytes of each held lease. A shared set is never
+// written; a voter that joins one later makes another (with). Only get and
+// len read a set, so the same pairs in another order are the same set (a
+// set names each voter once).
+type sharedIncs struct {
+	sets [8]voterIncs // the sets handed out last, in turn
+	next int
+	buf  voterIncs
+}
+
+// ofReplies returns the shared set of the voters that sent replies.
+func (s *sharedIncs) ofReplies(replies []reply) voterIncs {
+	s.buf = s.buf[:0]
+	for _, r := range replies {
+		s.buf = append(s.buf, voterInc{r.from, r.inc})
+	}
+	return s.of(s.buf)
+}
+
+// with returns the shared set of v's pairs and x.
+func (s *sharedIncs) with(v voterIncs, x voterInc) voterIncs {
+	s.buf = append(append(s.buf[:0], v...), x)
+	return s.of(s.buf)
+}
+
+// of returns the shared set of the pairs in v, which it does not keep.
+func (s *sharedIncs) of(v voterIncs) voterIncs {
+	for _, w := range s.sets {
+		if len(w) == len(v) && w != nil && w.holdsAll(v) && v.holdsAll(w) {
+			return w
+		}
+	}
+	w := slices.Clip(slices.Clone(v))
+	if w == nil {
+		w = voterIncs{} // (never nil: nil is an empty place in sets)
+	}
+	s.sets[s.next] = w
+	s.next = (s.next + 1) % len(s.sets)
+	return w
+}
+
+// holdsAll says whether every pair of o is in v.
+func (v voterIncs) holdsAll(o voterIncs) bool {
+	for _, x := range o {
+		if !slices.Contains(v, x) {
+			return false
+		}
+	}
+	return true
+}
+
 // op is one operation in progress.
 type op struct {
-	// noticesAt is ks.notices when the op's current round began: a
+	// noticesAt is ks.noticeCount() when the op's current round began: a
 	// Notify that came after it (notices moved) may have overtaken the
 	// round's replies (see park).
 	noticesAt  uint64
@@ -265,7 +354,7 @@ func (p *Proposer) startRound(x *op) {
 		p.finish(x, OpResult{Outcome: Cancelled, Unknown: x.unknown})
 		return
 	}
-	x.noticesAt = x.ks.notices
+	x.noticesAt = x.ks.noticeCount()
 	if now >= x.deadline {
 		p.giveUp(x)
 		return
@@ -365,7 +454,7 @@ func (p *Proposer) newRound(x *op) {
 	if x.kind == kindRenew {
 		wait = p.roundTimer()
 	}
-	p.arm(timer{at: x.phaseAt + wait, kind: timerRound, op: x, gen: x.timerGen})
+	p.arm(timer{at: x.phaseAt + wait, kind: timerRound, on: x, gen: x.timerGen})
 }
 
 // roundTimer is how long a renewal waits for its majority before it is
@@ -560,7 +649,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		// the fast path it left: that voter promised its ballot too.
 		if ks := r.late; ks != nil {
 			if res.OK && ks.fast != nil && ks.fast.incs.get(from) == 0 {
-				ks.fast.incs = append(ks.fast.incs, voterInc{from, inc})
+				ks.fast.incs = p.incsShared.with(ks.fast.incs, voterInc{from, inc})
 			}
 			return
 		}
@@ -932,7 +1021,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 		}
 		res, locked := p.blocked(x, base, info, now)
 		if !locked || (!p.faults.anyTimerLocks && !releaseUnderWay(info, base) &&
-			(!majorityHolds(info, base, x.votes.m.Majority()) || hi.Counter < x.ks.freedAt)) {
+			(!majorityHolds(info, base, x.votes.m.Majority()) || hi.Counter < x.ks.freedAt())) {
 			// Not locked; or the grant that locks is not yet seen held by
 			// a majority, and may be a rival's write that is never
 			// finished (waiting for its lease would stall the key: two
@@ -1199,16 +1288,7 @@ func (p *Proposer) accepted(x *op) {
 		p.dropFast(ks)
 		fp := &ks.fastBuf
 		fp.ballot, fp.base, fp.accepted = x.next, x.proposed, x.ballot
-		fp.incs = fp.incs[:0]
-		if cap(fp.incs) < len(p.m.Voters) {
-			// Room for every voter at once: late acknowledgments join it
-			// (Proposer.rounds), and growing it one by one left three arrays
-			// behind per key, the largest held for as long as the key.
-			fp.incs = make(voterIncs, 0, len(p.m.Voters))
-		}
-		for _, r := range x.replies {
-			fp.incs = append(fp.incs, voterInc{r.from, r.inc})
-		}
+		fp.incs = p.incsShared.ofReplies(x.replies)
 		ks.fast, ks.fastRID = fp, x.rid // the round's end keeps its id for late acceptances
 		p.maybeCompleteFree(x)
 	}
@@ -1306,7 +1386,7 @@ func (p *Proposer) retry(x *op) {
 		// only adds load. Wait as long as a round may take.
 		wait += p.cfg.RoundTimeout / 2
 	}
-	if x.contended && ks.notices != x.noticesAt {
+	if x.contended && ks.noticeCount() != x.noticesAt {
 		// A voter said the key was free while this round was out (its
 		// Notify travels apart from the replies, and may overtake them):
 		// what the round heard is older than that. Go again now.
@@ -1315,7 +1395,7 @@ func (p *Proposer) retry(x *op) {
 		return
 	}
 	x.timerGen++
-	p.arm(timer{at: now + wait, kind: timerRetry, op: x, gen: x.timerGen})
+	p.arm(timer{at: now + wait, kind: timerRetry, on: x, gen: x.timerGen})
 }
 
 // backoff is the base of the random wait before a round lost to rival
@@ -1418,7 +1498,7 @@ func (p *Proposer) spawnCleanup(ks *keyState, at time.Duration, epochs []uint64)
 		w := ks.waitsOf()
 		w.parked = append(w.parked, x)
 		x.timerGen++
-		p.arm(timer{at: at, kind: timerWake, op: x, gen: x.timerGen})
+		p.arm(timer{at: at, kind: timerWake, on: x, gen: x.timerGen})
 		return
 	}
 	p.enqueue(x, false)

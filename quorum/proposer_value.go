@@ -31,7 +31,7 @@ func (p *Proposer) Update(key string, epoch uint64, data string, deadline time.D
 		deadline = limit
 	}
 	x := p.newOp(ks, kindUpdate, deadline)
-	x.epoch, x.opts, x.data = epoch, l.opts, data
+	x.epoch, x.opts, x.data = epoch, *l.opts, data
 	p.enqueue(x, false)
 	return x.id, nil
 }
@@ -63,7 +63,7 @@ func (p *Proposer) updated(x *op, res OpResult) {
 		return
 	}
 	if d := x.t0 + l.opts.HolderTTL; d > l.deadline {
-		l.deadline, l.lastStart = d, x.t0
+		l.deadline = d
 		ks.lastDeadline = max(ks.lastDeadline, d)
 		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started, Tag: l.tag})
 		p.armLease(ks)
