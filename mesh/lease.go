@@ -687,9 +687,19 @@ func (m *Mesh) result(res quorum.OpResult) {
 		// table of its leases. Its renewals name it (LeaseEvent.Tag): no
 		// lookup by key for each of them (a twelfth of a holder's CPU at
 		// 100,000 leases).
-		m.node.TagLease(res.Key, res.Epoch, l)
+		tagged := m.node.TagLease(res.Key, res.Epoch, l)
 		out.lease = l
 		m.incr("leases.granted", 1)
+		if !tagged {
+			// The node holds it no more: this Ready reported its loss
+			// too, among the lease events, which leaseEvents applied
+			// before any Lease stood for it (a stall between the step
+			// that granted it and a tick past its notice time). No event
+			// is left to end it: it ends now.
+			l.end(fmt.Errorf("lease on %q (token %d): lost before its grant was reported: %w", res.Key, res.Epoch, ErrLeaseLost))
+			m.incr("leases.lost", 1)
+			m.log.Warn("lease lost before its grant was reported", "key", res.Key, "token", res.Epoch)
+		}
 		defer m.gaugeLeases()
 	}
 	ch <- out
