@@ -17,7 +17,7 @@ func TestHeldLeaseStateSizes(t *testing.T) {
 		name      string
 		size, max uintptr
 	}{
-		{"keyState", unsafe.Sizeof(keyState{}), 288},
+		{"keyState", unsafe.Sizeof(keyState{}), 224},
 		{"heldLease", unsafe.Sizeof(heldLease{}), 64},
 		{"register", unsafe.Sizeof(register{}), 256},
 		{"timer", unsafe.Sizeof(timer{}), 48}, // a notice timer per lease
@@ -35,17 +35,17 @@ func TestSharedIncsAreNeverWritten(t *testing.T) {
 	var s sharedIncs
 	ab := s.ofReplies([]reply{{from: "a", inc: 1}, {from: "b", inc: 2}})
 	ba := s.ofReplies([]reply{{from: "b", inc: 2}, {from: "a", inc: 1}})
-	if &ab[0] != &ba[0] {
-		t.Fatalf("the same pairs in another order are two sets: %v, %v", ab, ba)
+	if ab != ba {
+		t.Fatalf("the same pairs in another order are two sets: %v, %v", *ab, *ba)
 	}
-	if other := s.ofReplies([]reply{{from: "a", inc: 1}, {from: "b", inc: 3}}); &other[0] == &ab[0] {
-		t.Fatalf("another incarnation shares the set: %v", other)
+	if other := s.ofReplies([]reply{{from: "a", inc: 1}, {from: "b", inc: 3}}); other == ab {
+		t.Fatalf("another incarnation shares the set: %v", *other)
 	}
-	abc := s.with(ab, voterInc{"c", 4})
-	if len(ab) != 2 || ab.get("c") != 0 || abc.get("c") != 4 || abc.get("a") != 1 || len(abc) != 3 {
-		t.Fatalf("after a late voter: shared %v, the key's %v", ab, abc)
+	abc := s.with(*ab, voterInc{"c", 4})
+	if len(*ab) != 2 || ab.get("c") != 0 || abc.get("c") != 4 || abc.get("a") != 1 || len(*abc) != 3 {
+		t.Fatalf("after a late voter: shared %v, the key's %v", *ab, *abc)
 	}
-	if again := s.with(ba, voterInc{"c", 4}); &again[0] != &abc[0] {
-		t.Errorf("the same late voter made a second set: %v, %v", again, abc)
+	if again := s.with(*ba, voterInc{"c", 4}); again != abc {
+		t.Errorf("the same late voter made a second set: %v, %v", *again, *abc)
 	}
 }

@@ -990,7 +990,7 @@ func (p *Proposer) maybeForget(ks *keyState) {
 	if p.keys[ks.key] != ks {
 		return // already forgotten
 	}
-	if ks.fast == nil && ks.lastDeadline <= now {
+	if ks.fastVoters == nil && ks.lastDeadline <= now {
 		delete(p.keys, ks.key)
 		ks.current = false
 		return
@@ -1056,22 +1056,22 @@ func (p *Proposer) maybeForget(ks *keyState) {
 // forgettable returns the ballot at which every voter accepted ks's last
 // write, the free value of a release, or nil if that is not known.
 func (p *Proposer) forgettable(ks *keyState) *Ballot {
-	fp := ks.fast
+	fp, voters := ks.fastPath(), ks.fastVoters
 	if fp == nil || fp.base.Held || fp.base.Config != nil || ks.key == ConfigKey || p.m.Pending {
 		return nil
 	}
 	if p.faults.forgetEvictedOnMajority {
-		if len(fp.incs) < p.m.Majority() {
+		if len(*voters) < p.m.Majority() {
 			return nil
 		}
 	} else {
 		for _, v := range p.m.Voters {
-			if fp.incs.get(v) == 0 {
+			if voters.get(v) == 0 {
 				return nil
 			}
 		}
 	}
-	b := fp.accepted
+	b := p.ownBallot(fp.accepted)
 	return &b
 }
 

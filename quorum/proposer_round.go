@@ -56,19 +56,21 @@ type keyState struct {
 	// (or the moment it released it). The node never takes the key back
 	// from a grant of its own before then.
 	lastDeadline time.Duration
-	counter      uint64    // highest ballot counter seen on this key
-	fast         *fastPath // nil, or &fastBuf
-	fastBuf      fastPath  // reused by each accept, not to allocate one per round
-	fastRID      uint64    // the accept round that left fast (Proposer.rounds)
-	idle         bool      // idle: counted in Proposer.nidle
-	current      bool      // the state Proposer.keys holds for the key
+	counter      uint64 // highest ballot counter seen on this key
+	// fastVoters are the voters that promised the fast path's ballot (a
+	// shared set: sharedIncs); nil while the key has no fast path.
+	fastVoters *voterIncs
+	fastBuf    fastPath // the fast path while fastVoters is set; reused by each accept
+	fastRID    uint64   // the accept round that left the fast path (Proposer.rounds)
+	idle       bool     // idle: counted in Proposer.nidle
+	current    bool     // the state Proposer.keys holds for the key
 	// idleSeq tells the current idle-list entry from stale ones. 32 bits
 	// (in the word of the two flags) are plenty: the list is compacted
 	// at 2·MaxIdleKeys+16 entries, so no stale entry outlives more than
 	// that many more entries of its key.
 	idleSeq uint32
 	// notes is what Notifies for the key said; nil until one arrives (a
-	// held lease's key hears none: 16 bytes less, a 288-byte key state).
+	// held lease's key hears none: 16 bytes less on every held lease).
 	notes *keyNotes
 	// epochSeen is the highest epoch any voter reported for the key
 	// (MaxEpoch, a value's epoch) in answer to this node: a fast path's
@@ -153,12 +155,21 @@ func (ks *keyState) tidyWaits() {
 // fastPath is what a proposer knows after its accept at some ballot
 // succeeded with Next: a majority promised Next at the moment they accepted
 // base, so no other value can have been accepted between the two ballots,
-// and the next operation may go straight to accept at Next.
+// and the next operation may go straight to accept at Next. Both ballots
+// are this node's (newBallot), so their counters are all it keeps (ownBallot);
+// the voters that promised Next are keyState.fastVoters.
 type fastPath struct {
-	ballot   Ballot
+	next     uint64 // Next's counter
+	accepted uint64 // the counter of the ballot base was accepted at
 	base     Value
-	accepted Ballot    // the ballot base was accepted at
-	incs     voterIncs // acceptors that promised ballot, by incarnation
+}
+
+// fastPath is ks's fast path, nil if it has none.
+func (ks *keyState) fastPath() *fastPath {
+	if ks.fastVoters == nil {
+		return nil
+	}
+	return &ks.fastBuf
 }
 
 // voterIncs are acceptors with the incarnation each answered from: a few
@@ -186,15 +197,16 @@ func (v voterIncs) get(id NodeID) uint64 {
 // an array per key was 80 bytes of each held lease. A shared set is never
 // written; a voter that joins one later makes another (with). Only get and
 // len read a set, so the same pairs in another order are the same set (a
-// set names each voter once).
+// set names each voter once). A key keeps a pointer to its set: 8 bytes
+// instead of a slice's 24.
 type sharedIncs struct {
-	sets [8]voterIncs // the sets handed out last, in turn
+	sets [8]*voterIncs // the sets handed out last, in turn
 	next int
 	buf  voterIncs
 }
 
 // ofReplies returns the shared set of the voters that sent replies.
-func (s *sharedIncs) ofReplies(replies []reply) voterIncs {
+func (s *sharedIncs) ofReplies(replies []reply) *voterIncs {
 	s.buf = s.buf[:0]
 	for _, r := range replies {
 		s.buf = append(s.buf, voterInc{r.from, r.inc})
@@ -203,22 +215,20 @@ func (s *sharedIncs) ofReplies(replies []reply) voterIncs {
 }
 
 // with returns the shared set of v's pairs and x.
-func (s *sharedIncs) with(v voterIncs, x voterInc) voterIncs {
+func (s *sharedIncs) with(v voterIncs, x voterInc) *voterIncs {
 	s.buf = append(append(s.buf[:0], v...), x)
 	return s.of(s.buf)
 }
 
 // of returns the shared set of the pairs in v, which it does not keep.
-func (s *sharedIncs) of(v voterIncs) voterIncs {
+func (s *sharedIncs) of(v voterIncs) *voterIncs {
 	for _, w := range s.sets {
-		if len(w) == len(v) && w != nil && w.holdsAll(v) && v.holdsAll(w) {
+		if w != nil && len(*w) == len(v) && w.holdsAll(v) && v.holdsAll(*w) {
 			return w
 		}
 	}
-	w := slices.Clip(slices.Clone(v))
-	if w == nil {
-		w = voterIncs{} // (never nil: nil is an empty place in sets)
-	}
+	w := new(voterIncs)
+	*w = slices.Clip(slices.Clone(v))
 	s.sets[s.next] = w
 	s.next = (s.next + 1) % len(s.sets)
 	return w
@@ -331,11 +341,11 @@ func okReplies(all []reply) []reply {
 
 // dropFast forgets ks's fast path.
 func (p *Proposer) dropFast(ks *keyState) {
-	if ks.fast != nil || ks.fastRID != 0 {
+	if ks.fastVoters != nil || ks.fastRID != 0 {
 		if r, ok := p.rounds.get(ks.fastRID); ok && r.late == ks {
 			p.rounds.remove(ks.fastRID)
 		}
-		ks.fast, ks.fastRID = nil, 0
+		ks.fastVoters, ks.fastRID = nil, 0
 	}
 }
 
@@ -376,15 +386,15 @@ func (p *Proposer) startRound(x *op) {
 			Remaining: max(l.deadline-now, 0)})
 		return
 	}
-	if fp := ks.fast; fp != nil && !x.noFast && x.kind != kindRead {
+	if fp, voters := ks.fastPath(), ks.fastVoters; fp != nil && !x.noFast && x.kind != kindRead {
 		p.dropFast(ks) // spent; a successful accept renews it
-		x.ballot = fp.ballot
+		x.ballot = p.ownBallot(fp.next)
 		v, res, write := p.change(x, fp.base, nil, now)
 		switch {
 		case write:
 			p.stats.FastRounds++
 			x.fast = true
-			p.sendAccepts(x, v, fp.incs)
+			p.sendAccepts(x, v, *voters)
 			return
 		case res.Outcome == Locked && res.Holder == p.cfg.ID && ks.lease != nil:
 			// Held by this node's own live lease: no need to ask anyone.
@@ -431,6 +441,11 @@ func (p *Proposer) newBallot(ks *keyState) Ballot {
 		c = ks.counter + 1
 	}
 	ks.counter, p.ballots = c, max(p.ballots, c)
+	return p.ownBallot(c)
+}
+
+// ownBallot is this proposer's ballot with counter c.
+func (p *Proposer) ownBallot(c uint64) Ballot {
 	return Ballot{Counter: c, Incarnation: p.cfg.Incarnation, Node: p.cfg.ID}
 }
 
@@ -603,7 +618,7 @@ func (p *Proposer) latePromise(x *op, from NodeID, inc uint64, res *Result) {
 // endRound forgets x's round in flight, and the prepare before it.
 func (p *Proposer) endRound(x *op) {
 	if x.rid != 0 {
-		if ks := x.ks; ks != nil && ks.fastRID == x.rid && ks.fast != nil {
+		if ks := x.ks; ks != nil && ks.fastRID == x.rid && ks.fastVoters != nil {
 			// The round left ks's fast path: late acceptances join it.
 			p.rounds.set(x.rid, roundRef{late: ks})
 		} else {
@@ -648,8 +663,8 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		// A round that already ended; a voter's late accept still adds to
 		// the fast path it left: that voter promised its ballot too.
 		if ks := r.late; ks != nil {
-			if res.OK && ks.fast != nil && ks.fast.incs.get(from) == 0 {
-				ks.fast.incs = p.incsShared.with(ks.fast.incs, voterInc{from, inc})
+			if v := ks.fastVoters; res.OK && v != nil && v.get(from) == 0 {
+				ks.fastVoters = p.incsShared.with(*v, voterInc{from, inc})
 			}
 			return
 		}
@@ -1286,10 +1301,12 @@ func (p *Proposer) accepted(x *op) {
 		// a spent fast path is used only within the startRound that spent
 		// it.
 		p.dropFast(ks)
+		// x.next and x.ballot are this node's ballots (newBallot, or the
+		// fast path's Next, itself one).
 		fp := &ks.fastBuf
-		fp.ballot, fp.base, fp.accepted = x.next, x.proposed, x.ballot
-		fp.incs = p.incsShared.ofReplies(x.replies)
-		ks.fast, ks.fastRID = fp, x.rid // the round's end keeps its id for late acceptances
+		fp.next, fp.base, fp.accepted = x.next.Counter, x.proposed, x.ballot.Counter
+		ks.fastVoters = p.incsShared.ofReplies(x.replies)
+		ks.fastRID = x.rid // the round's end keeps its id for late acceptances
 		p.maybeCompleteFree(x)
 	}
 	if x.next.Counter > ks.counter {

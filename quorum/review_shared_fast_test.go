@@ -39,22 +39,22 @@ func TestScenarioSharedFastPathsTakeLateVotersApart(t *testing.T) {
 	c.hold["d"], c.hold["e"] = true, true
 	gx := c.mustGrant("p1", "x")
 	gy := c.mustGrant("p1", "y")
-	fx, fy := p1.prop.keys["x"].fast, p1.prop.keys["y"].fast
+	fx, fy := p1.prop.keys["x"].fastVoters, p1.prop.keys["y"].fastVoters
 	if fx == nil || fy == nil {
 		t.Fatal("no fast path after the grants")
 	}
-	if len(fx.incs) != 3 || len(fy.incs) != 3 || &fx.incs[0] != &fy.incs[0] {
-		t.Fatalf("fast paths of the same three voters: x %v, y %v (not one shared set)", fx.incs, fy.incs)
+	if len(*fx) != 3 || len(*fy) != 3 || &(*fx)[0] != &(*fy)[0] {
+		t.Fatalf("fast paths of the same three voters: x %v, y %v (not one shared set)", *fx, *fy)
 	}
 	// The accepts the held voters get late: d's of x, e's of y.
 	c.deliverHeld("d", "x", OpAccept)
 	c.deliverHeld("e", "y", OpAccept)
-	fx, fy = p1.prop.keys["x"].fast, p1.prop.keys["y"].fast
+	fx, fy = p1.prop.keys["x"].fastVoters, p1.prop.keys["y"].fastVoters
 	for _, w := range []struct {
 		key      string
 		incs     voterIncs
 		has, not NodeID
-	}{{"x", fx.incs, "d", "e"}, {"y", fy.incs, "e", "d"}} {
+	}{{"x", *fx, "d", "e"}, {"y", *fy, "e", "d"}} {
 		for _, v := range []NodeID{"a", "b", "c", w.has} {
 			if w.incs.get(v) == 0 {
 				t.Errorf("%s's fast path lacks %s: %v", w.key, v, w.incs)

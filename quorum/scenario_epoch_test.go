@@ -140,7 +140,7 @@ func TestScenarioFastPathGrantAfterMajorityLossTakesANewToken(t *testing.T) {
 			t.Fatalf("p2 has not freed its stranded grant of %d %v after b and c went live", g2.Epoch, c.now-start)
 		}
 	}
-	if p2.prop.keys["k"].fast == nil {
+	if p2.prop.keys["k"].fastVoters == nil {
 		t.Fatalf("p2 holds no fast path for %q after freeing its grant", "k")
 	}
 
@@ -171,7 +171,7 @@ func TestScenarioOwnGrantTakenUpAfterMajorityLossTakesANewToken(t *testing.T) {
 	tokens.granted("p1", c.mustGrant("p1", "k"))
 
 	loseMajority(t, c)
-	if c.node("p2").prop.keys["k"].fast == nil {
+	if c.node("p2").prop.keys["k"].fastVoters == nil {
 		t.Fatalf("p2 holds no fast path for %q", "k")
 	}
 	mark := len(c.answers)

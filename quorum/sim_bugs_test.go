@@ -501,7 +501,7 @@ func fastPathAfterMajorityLoss(t *testing.T, bug string, seed int64) *sim {
 		s.at(1700*time.Millisecond, func() {
 			cut(false)
 			ks := p.n.node.prop.keys["k0"]
-			if ks == nil || ks.fast == nil || len(ks.fast.incs) != 2 || ks.fast.incs.get("n2") != 0 {
+			if ks == nil || ks.fastVoters == nil || len(*ks.fastVoters) != 2 || ks.fastVoters.get("n2") != 0 {
 				t.Fatalf("n3's fast path on k0 is not on n0 and n1 alone: %+v", ks)
 			}
 			s.crash(s.nodes[0])
