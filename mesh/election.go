@@ -123,6 +123,13 @@ func (m *Mesh) Leader(ctx context.Context, name string) (Leader, error) {
 // the voters as it happens, with Watch's guarantees: in order (tokens
 // never go down), never stale for long, a slow reader sent the latest
 // state. The channel is closed when ctx ends or the mesh closes.
+//
+// A candidate can be seen leading shortly before its Campaign returns,
+// and, when a round of its campaign went unanswered on a slow or lossy
+// network, with a grant its leadership does not keep: the register held
+// for it under a token that the campaign then replaces with a higher one,
+// or frees again. Nobody acts as leader under such a token (no Campaign
+// returned it), and tokens still never go down.
 func (m *Mesh) Observe(ctx context.Context, name string) (<-chan Leader, error) {
 	states, err := m.Watch(ctx, name)
 	if err != nil {
