@@ -401,6 +401,7 @@ type proposerFaults struct {
 	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
 	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
 	observeForgottenHeld    bool            // take an observed key's empty register for older than any state at a real ballot
+	observeKeepsBallots     bool            // an observer orders states by ballot across the loss of a majority's state
 }
 
 // ProposerStats counts what a proposer did.

@@ -98,10 +98,13 @@ type observation struct {
 
 	emitted bool
 	last    KeyChange // the state last reported
+	emits   uint64    // states reported
 
 	read           *op           // a resolving read in flight
+	lost           bool          // a voter lost its state since the last read began: read
 	forgot         bool          // voters hold nothing of a key last reported held (forgotten): read, with a ballot
 	readRound      uint64        // the round when it began
+	readEmits      uint64        // emits when it began
 	unsettledSince time.Duration // zero while the reports settle the state
 	refreshAt      time.Duration // the next registration
 	checkAt        time.Duration // a round timeout after the held lease should have run out (zero: none)
@@ -116,6 +119,7 @@ type obsReport struct {
 	remaining time.Duration
 	at        time.Duration // when it arrived, on this node's clock
 	copy      bool          // a value the voter copied, not accepted (Result.Copy)
+	inc       uint64        // the voter's incarnation that answered (zero: not known)
 }
 
 // Observe starts observing key (or, if it is observed already, registers
@@ -192,7 +196,7 @@ func (p *Proposer) observeRound(o *observation) {
 }
 
 // observeAnswer takes a voter's answer to a registration.
-func (p *Proposer) observeAnswer(o *observation, from NodeID, res *Result) {
+func (p *Proposer) observeAnswer(o *observation, from NodeID, inc uint64, res *Result) {
 	if !res.OK || o.cfg != p.m.ID || !p.m.IsVoter(from) {
 		return
 	}
@@ -204,7 +208,7 @@ func (p *Proposer) observeAnswer(o *observation, from NodeID, res *Result) {
 		delete(o.reports, from)
 		o.forgot = true
 	}
-	p.report(o, from, res.Accepted, res.Value, res.Remaining, res.Copy)
+	p.report(o, from, inc, res.Accepted, res.Value, res.Remaining, res.Copy)
 	if res.ID == o.rids[0] && !o.answered[from] {
 		o.answered[from] = true
 		if len(o.answered) >= p.m.Majority() {
@@ -225,17 +229,31 @@ func (p *Proposer) handleChanges(n *Notify) {
 		if o == nil || o.cfg != n.Config {
 			continue // no longer observed here: the registration lapses
 		}
-		p.report(o, n.From, c.Accepted, c.Value, c.Remaining, c.Copy)
+		p.report(o, n.From, 0, c.Accepted, c.Value, c.Remaining, c.Copy)
 		p.evaluate(o)
 	}
 }
 
 // report keeps a voter's word unless it is older than what it said before.
-func (p *Proposer) report(o *observation, from NodeID, accepted Ballot, v Value, remaining time.Duration, copied bool) {
-	if r, ok := o.reports[from]; ok && accepted.Less(r.accepted) {
-		return
+// inc is the incarnation of the voter that answered a registration (zero
+// for a push, which comes from the life that took the registration).
+func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ballot, v Value, remaining time.Duration, copied bool) {
+	r, ok := o.reports[from]
+	if ok && accepted.Less(r.accepted) {
+		if inc <= r.inc || p.faults.observeKeepsBallots {
+			return // a late message
+		}
+		// A later life of the voter answers under a lower ballot than it
+		// reported before: it lost its state (within a life, ballots never
+		// go down), and so, perhaps, did a majority, after which the key's
+		// states come under ballots lower than those reported (DESIGN
+		// §3.2). Its word stands; a read says what the state is.
+		o.lost = true
 	}
-	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(), copy: copied}
+	if inc == 0 && ok {
+		inc = r.inc
+	}
+	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(), copy: copied, inc: inc}
 }
 
 // evaluate reports the key's state if the voters settle it, and otherwise
@@ -255,7 +273,7 @@ func (p *Proposer) evaluate(o *observation) {
 	if o.forgot && (!o.emitted || !o.last.Value.Held) {
 		o.forgot = false // nothing held to move on from: an empty register says no more than free
 	}
-	if o.forgot && o.read == nil {
+	if (o.forgot || o.lost) && o.read == nil {
 		p.observeRead(o)
 	}
 	if !ok {
@@ -269,7 +287,7 @@ func (p *Proposer) evaluate(o *observation) {
 		return
 	}
 	o.unsettledSince = 0
-	p.offer(o, st, o.synced)
+	p.offer(o, st, o.synced, false)
 	p.armObserve(o)
 }
 
@@ -358,7 +376,9 @@ func (p *Proposer) allShow(o *observation, v Value) bool {
 
 // offer reports st unless it is older than, or the same as, the state
 // reported last (a subscriber waiting for a round st is of gets it anyway).
-func (p *Proposer) offer(o *observation, st KeyChange, round uint64) {
+// newer: st is known to be later than the state reported last, whatever
+// its ballot.
+func (p *Proposer) offer(o *observation, st KeyChange, round uint64, newer bool) {
 	sync := o.syncFor != 0 && round >= o.syncFor
 	if o.emitted {
 		same := sameContent(st.Value, o.last.Value)
@@ -379,13 +399,14 @@ func (p *Proposer) offer(o *observation, st KeyChange, round uint64) {
 		default:
 			// Another value, or the same lease live again (a renewal that
 			// landed after the timers ran out): only by a later ballot.
-			if !o.last.Ballot.Less(st.Ballot) {
+			if !o.last.Ballot.Less(st.Ballot) && !newer {
 				return
 			}
 		}
 	}
 	st.Key, st.Round = o.key, round
 	o.last, o.emitted = st, true
+	o.emits++
 	if sync {
 		o.syncFor = 0
 	}
@@ -409,7 +430,8 @@ func (p *Proposer) observeRead(o *observation) {
 	// was forgotten since: the read reports it at a ballot it prepared,
 	// which orders it after that state (see the top of the file).
 	x.readOrder = o.emitted && o.last.Value.Held && !p.faults.observeForgottenHeld
-	o.read, o.readRound = x, o.round
+	o.read, o.readRound, o.readEmits = x, o.round, o.emits
+	o.lost = false
 }
 
 // observeReadDone takes the result of a resolving read.
@@ -435,7 +457,25 @@ func (p *Proposer) observeReadDone(o *observation, res OpResult) {
 		if !st.Live {
 			st.Remaining = 0
 		}
-		p.offer(o, st, o.readRound)
+		// A read that began after the last state was reported finds a
+		// state at least as new (it is linearizable). Of another content
+		// under a ballot not above that state's, it is newer all the same:
+		// the voters lost their state since (a majority at once: DESIGN
+		// §3.2) and their ballots began again lower. Without this the
+		// observer refused every later state, at lower ballots, and showed
+		// a released lease held for good (TestObserverAfterMajorityLoss).
+		newer := o.emitted && o.readEmits == o.emits && !sameContent(st.Value, o.last.Value) &&
+			!o.last.Ballot.Less(st.Ballot) && !p.faults.observeKeepsBallots
+		if newer {
+			// The voters' earlier word is of before the loss, at ballots
+			// above what they say now: take it afresh.
+			clear(o.reports)
+			o.synced = 0
+		}
+		p.offer(o, st, o.readRound, newer)
+		if newer {
+			p.observeRound(o)
+		}
 	}
 	if o.unsettledSince != 0 {
 		o.unsettledSince = now // the pushes the read caused settle it, or the next read

@@ -669,7 +669,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 			return
 		}
 		if o := p.obsRounds[res.ID]; o != nil {
-			p.observeAnswer(o, from, res)
+			p.observeAnswer(o, from, inc, res)
 			return
 		}
 		if y := p.latePrep[res.ID]; y != nil {

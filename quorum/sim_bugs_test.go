@@ -206,6 +206,12 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// an observer that missed a release reports the key held for good
 		// once the voters forgot it.
 		f.prop.observeForgottenHeld = true
+	case "observe-keeps-ballots":
+		// Seed 179 with 3 voters (TestObserverAfterMajorityLoss): every
+		// voter crashes without its state, the key is granted and freed
+		// again under lower ballots, and an observer that saw it held
+		// before shows it held for good (O3).
+		f.prop.observeKeepsBallots = true
 	}
 }
 

@@ -282,3 +282,32 @@ func TestCheckerCatchesObserverTrustingOneVoter(t *testing.T) {
 	}
 	t.Fatal("an observer trusting one voter never broke O1 to O3 in 40 seeds")
 }
+
+// Every voter crashes at once without its state (seed 179, 3 voters,
+// 7.2 s), the key is granted and freed again under ballots below the ones
+// an observer saw it held under, and the mesh comes to rest: the observer
+// must end showing the key free (O3), and its states across the loss must
+// keep O1 as the checker allows it there. With the fault
+// observe-keeps-ballots, the rule before (states ordered by ballot across
+// the loss), the observer refuses every later state and shows the
+// released lease held for good.
+func TestObserverAfterMajorityLoss(t *testing.T) {
+	for _, bug := range []string{"", "observe-keeps-ballots"} {
+		cfg := observeConfig(179, 3)
+		cfg.Bug = bug
+		s := newSim(cfg)
+		s.run()
+		if len(s.check.losses) == 0 || s.check.obsFinal == 0 {
+			t.Fatalf("bug %q: %d losses of a majority's state, %d last states checked at rest: the seed no longer reaches its state",
+				bug, len(s.check.losses), s.check.obsFinal)
+		}
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Fatal(failureReport(s))
+		case bug != "" && (len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "O3")):
+			t.Fatalf("with %s: %v, want O3", bug, s.fail)
+		case bug != "":
+			t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+		}
+	}
+}
