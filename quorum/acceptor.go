@@ -303,6 +303,7 @@ type acceptorFaults struct {
 	skipQuarantine          bool
 	equalPrepareOK          bool // answer any prepare equal to the promise, as a duplicate
 	ownQuarantineOnly       bool // quarantine for this life's MaxTTL only, ignoring horizons heard
+	deafToLongLeases        bool // learn nothing from refused accepts of leases above MaxTTL (hearLease)
 	untimedCatchUp          bool // learn held values in catch-up without a timer
 	skipPrevCatchUp         bool // while a change is pending, catch up from the new voters only
 	floorOnMajority         bool // conclude a full restart when a majority recovers, not all answered
@@ -440,6 +441,40 @@ func (a *Acceptor) restore(d *Durable) {
 	a.learnHorizon(a.dur.Horizon)
 }
 
+// maxHeardTTL bounds the lease a refused accept can make an acceptor
+// protect (hearLease): lease.MaxTTL, the longest any node may be set to
+// grant.
+const maxHeardTTL = 24 * time.Hour
+
+// hearLease takes what an accept this acceptor refuses says of a lease
+// longer than its own MaxTTL: some proposer holds, or is taking, a lease of
+// that TTL, which other voters, or this node's earlier life, may have
+// accepted under a longer MaxTTL. The acceptor keeps it as a horizon
+// (learnHorizon): restarted voters that ask are told of it, and a
+// quarantined acceptor itself votes only once a lease of that length
+// accepted before its start has ended.
+//
+// Without it a rolling restart that lowers MaxTTL, on voters without data
+// directories, let a lease outlive what protected it: two voters of three
+// accept a 1 s lease, the third (already at 250 ms) refuses it, the two
+// lose their state together and come back at 250 ms; every voter then
+// reports a 250 ms horizon, they vote after about 250 ms and grant the
+// key while the holder's deadline runs
+// (TestScenarioLoweredTTLAcrossAMajorityLoss). What is left of that hole
+// takes the refused accept and every request from the holder during the
+// quarantine to be lost (see the package documentation).
+//
+// A member can make voters wait up to maxHeardTTL longer after a restart
+// this way, as a voter can with the horizon it reports in a catch-up; it
+// cannot make them vote sooner.
+func (a *Acceptor) hearLease(op *Op) {
+	if a.faults.deafToLongLeases || op.Kind != OpAccept || !op.Value.Held || op.Value.TTL <= a.cfg.MaxTTL || op.Value.TTL > maxHeardTTL ||
+		op.Key == "" || op.Ballot.IsZero() || op.Value.Holder == "" {
+		return
+	}
+	a.learnHorizon(op.Value.TTL)
+}
+
 // stretch turns a time measured on another node's clock into one on this
 // clock that ends no earlier in real time: clock rates may differ by a
 // factor of (1+ρ)/(1−ρ).
@@ -499,6 +534,7 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 		resp.Status = StatusRecovering
 		resp.Results = newResults(len(req.Ops))
 		for i := range req.Ops {
+			a.hearLease(&req.Ops[i])
 			resp.Results[i] = Result{ID: req.Ops[i].ID, Reason: ReasonNoVote}
 		}
 		return resp
@@ -644,6 +680,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	v := op.Value
 	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) ||
 		(v.Config != nil && (op.Key != ConfigKey || v.Config.Validate() != nil || v.Config.Cluster() != a.m.Cluster())) {
+		a.hearLease(op)
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}

@@ -1461,3 +1461,65 @@ func TestAcceptorBatchAnswersAsOneByOne(t *testing.T) {
 		t.Fatalf("stats: one by one %+v, after the batch %+v", single.a.Stats(), batch.a.Stats())
 	}
 }
+
+// An accept of a lease longer than MaxTTL is refused, and its length kept
+// as a horizon (hearLease): a live acceptor tells voters restarting
+// meanwhile of it, and a quarantined one waits it out itself. Nothing is
+// learned from an accept that is malformed otherwise, or longer than any
+// node may grant.
+func TestAcceptorKeepsTheLengthOfLeasesItRefuses(t *testing.T) {
+	long := 3 * accMaxTTL
+	longer := func(ttl time.Duration) Value {
+		v := grantTo("p", 30, bal(1, "p"))
+		v.TTL = ttl
+		return v
+	}
+	t.Run("live", func(t *testing.T) {
+		f := newLiveAcceptor(t)
+		r := f.do("p", Op{Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: longer(long)}).Results[0]
+		if r.OK || r.Reason != ReasonInvalid {
+			t.Fatalf("accept of a %v lease above MaxTTL %v: %+v, want refused as invalid", long, accMaxTTL, r)
+		}
+		if h := f.a.Horizon(); h != long {
+			t.Errorf("horizon %v after refusing a %v lease, want %v", h, long, long)
+		}
+		// Reported while such a lease could run, then no longer.
+		f.clock.advance(2*f.a.stretch(long) + time.Nanosecond)
+		if h := f.a.Horizon(); h != accMaxTTL {
+			t.Errorf("horizon %v long after, want MaxTTL %v", h, accMaxTTL)
+		}
+	})
+	t.Run("quarantined", func(t *testing.T) {
+		f := newAccFixture(t)
+		start := f.clock.Now()
+		resp := f.do("p", Op{Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: longer(long)})
+		if resp.Status != StatusRecovering {
+			t.Fatalf("status %v while quarantined", resp.Status)
+		}
+		if got := f.a.Recovery().LiveFrom; got < start+long {
+			t.Errorf("may vote from %v after its start, before a %v lease it heard of could end", got-start, long)
+		}
+	})
+	t.Run("ignored", func(t *testing.T) {
+		noHolder := longer(long)
+		noHolder.Holder = ""
+		for name, op := range map[string]Op{
+			"longer than any node grants": {Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: longer(maxHeardTTL + time.Second)},
+			"without a holder":            {Kind: OpAccept, Key: "k", Ballot: bal(1, "p"), Inc: accInc, Value: noHolder},
+			"of an empty key":             {Kind: OpAccept, Ballot: bal(1, "p"), Inc: accInc, Value: longer(long)},
+			"a prepare":                   {Kind: OpPrepare, Key: "k", Ballot: bal(1, "p"), Value: longer(long)},
+		} {
+			f := newLiveAcceptor(t)
+			f.do("p", op)
+			if h := f.a.Horizon(); h != accMaxTTL {
+				t.Errorf("%s: horizon %v, want MaxTTL %v", name, h, accMaxTTL)
+			}
+			q := newAccFixture(t)
+			start := q.clock.Now()
+			q.do("p", op)
+			if got := q.a.Recovery().LiveFrom; got != start+accQuarantine {
+				t.Errorf("%s: quarantined, may vote from %v after its start, want its own quarantine %v", name, got-start, accQuarantine)
+			}
+		}
+	})
+}

@@ -104,6 +104,17 @@
 // of a majority is gone for good: the acceptor goes live on what it could
 // learn (FloorOnly), and tokens rest on the wall-clock floor.
 //
+// The longest lease it may have accepted is not always this life's MaxTTL:
+// a rolling restart may have lowered it. A restarted acceptor waits out the
+// longest lease horizon it hears of while quarantined: from the other
+// voters (CatchUpResponse.Horizon: their MaxTTL, or a longer lease they
+// heard of), and from the accepts it refuses meanwhile, which carry the
+// holders' TTLs. A live voter that refuses an accept longer than its MaxTTL
+// keeps that TTL as its horizon for the others. If a majority of voters
+// lose their state together while a lease longer than their new MaxTTL
+// runs, and none of these reach them, that lease can be cut to the new
+// MaxTTL; a disk keeps the horizon (Durable.Horizon).
+//
 // # Waiting
 //
 // An acquire with Wait parks when the key is held, and each acceptor with a

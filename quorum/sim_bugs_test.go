@@ -26,6 +26,9 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		f.acc.skipQuarantine = true
 	case "short-quarantine":
 		f.acc.ownQuarantineOnly, f.acc.untimedCatchUp = true, true
+	case "deaf-to-long-leases":
+		// Caught by a scripted run (TestScenarioLoweredTTLAcrossAMajorityLoss).
+		f.acc.deafToLongLeases = true
 	case "ballot-reuse":
 		f.acc.equalPrepareOK, f.prop.perKeyBallots = true, true
 	case "count-messages":

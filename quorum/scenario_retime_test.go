@@ -1,0 +1,127 @@
+package quorum
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// A rolling restart that lowers MaxTTL, on voters without data directories,
+// and a majority of them losing their state together before a lease of the
+// old MaxTTL ends. The voters' horizons (CatchUpResponse.Horizon) cannot
+// tell the restarted voters of that lease: every voter that accepted it is
+// one of them, and the voter that kept its state runs the new MaxTTL
+// already, so it refused the lease. They used to quarantine for the new
+// MaxTTL alone and grant the key while the holder's deadline ran (I1). Two
+// things now carry the lease's length to them: the refusing voter keeps it
+// as its horizon (hearLease), and a quarantined voter keeps it from the
+// holder's renewals that it refuses.
+//
+// Three voters n0, n1, n2 and a node n3 that does not vote, all at a TTL
+// and MaxTTL of 1 s; the roll to 250 ms starts at 2 s (simConfig.Retime)
+// with n1. At 4.5 s (after n1's horizon of 1 s, heard in its catch-up, has
+// lapsed) n3 takes k0 for 1 s on n0 and n2; n1 refuses it, above its
+// MaxTTL. n0 and n2 crash at 4.6 s and come back at 4.65 s at 250 ms. n1's
+// client then tries k0 every 50 ms; the checkers must see no grant while
+// n3's deadline runs.
+func TestScenarioLoweredTTLAcrossAMajorityLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// refusalLost cuts n1 off from n3 while n3 takes k0: n1 never
+		// sees the accept it would refuse, and only n3's renewals reach
+		// the restarted voters.
+		refusalLost bool
+	}{{"refused", false}, {"refusal lost", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			caught, refused := 0, 0
+			for seed := int64(1); seed <= 8; seed++ {
+				s, heard := loweredTTLAcrossMajorityLoss(t, seed, "", tc.refusalLost)
+				if len(s.fail) > 0 {
+					t.Fatalf("seed %d: %s", seed, failureReport(s))
+				}
+				if heard {
+					refused++
+				}
+				if s, _ := loweredTTLAcrossMajorityLoss(t, seed, "deaf-to-long-leases", tc.refusalLost); len(s.fail) > 0 {
+					if v := violation(s.fail[0]); !strings.HasPrefix(v, "I1:") {
+						t.Fatalf("seed %d, the rule broken: the first violation is not I1: %s", seed, v)
+					}
+					caught++
+				}
+			}
+			if caught == 0 {
+				t.Errorf("with the rule broken (deaf-to-long-leases) no seed of 8 broke I1: the scenario no longer reaches the hole")
+			}
+			if !tc.refusalLost && refused == 0 {
+				t.Errorf("n1 refused the lease in none of 8 seeds: the refusal is not exercised")
+			}
+			t.Logf("n1 refused the lease in %d of 8 seeds; the rule broken: I1 in %d of 8", refused, caught)
+		})
+	}
+}
+
+func loweredTTLAcrossMajorityLoss(t *testing.T, seed int64, bug string, refusalLost bool) (s *sim, heard bool) {
+	t.Helper()
+	cfg := faultFree(seed, 3, 2, 1, 1)
+	cfg.Bug = bug
+	cfg.Disks, cfg.WallBack = false, false
+	cfg.Retime, cfg.RetimeTTL = true, cfg.TTL/4
+	cfg.HealAt = 6 * time.Second // the roll starts at a third of it
+	cfg.Duration = 10 * time.Second
+	cfg.Script = func(s *sim) {
+		heard = false
+		holder, rival := s.nodes[3].clients[0], s.nodes[1].clients[0]
+		holder.holdTime = 5 * time.Second
+		rival.holdTime = 100 * time.Millisecond
+		cut := func(on bool) { s.cut[[2]int{3, 1}], s.cut[[2]int{1, 3}] = on, on }
+		s.at(s.retimeAt(), func() {
+			s.crash(s.nodes[1])
+			s.start(s.nodes[1])
+		})
+		s.at(4500*time.Millisecond, func() {
+			if got := s.nodes[1].ttl; got != cfg.RetimeTTL {
+				t.Fatalf("n1 runs a TTL of %v, not %v", got, cfg.RetimeTTL)
+			}
+			if st := s.nodes[1].node.acc.State(); st != Live {
+				t.Fatalf("n1 does not vote: %v", st)
+			}
+			if h := s.nodes[1].node.acc.Horizon(); h != cfg.RetimeTTL {
+				t.Fatalf("n1 reports a horizon of %v before the grant; the scenario needs its own MaxTTL, %v", h, cfg.RetimeTTL)
+			}
+			cut(refusalLost)
+			holder.acquire("k0", true, time.Second)
+			s.flush(holder.n)
+		})
+		s.at(4600*time.Millisecond, func() {
+			if holder.grant == nil {
+				t.Fatalf("n3 was not granted k0")
+			}
+			cut(false)
+			// What n1 will tell the restarted voters: the lease's TTL if
+			// the accept reached it (only in some seeds: an accept goes
+			// to the voters that promised, and n1's promise may come
+			// late), never with the accept cut off or the rule broken.
+			heard = s.nodes[1].node.acc.Horizon() == cfg.TTL
+			if heard && (refusalLost || bug != "") {
+				t.Errorf("n1 reports a horizon of %v after the grant, though it should have heard nothing of it", cfg.TTL)
+			}
+			s.crash(s.nodes[0])
+			s.crash(s.nodes[2])
+		})
+		s.at(4650*time.Millisecond, func() {
+			s.start(s.nodes[0])
+			s.start(s.nodes[2])
+		})
+		for i := range 12 {
+			s.at(4950*time.Millisecond+time.Duration(i)*50*time.Millisecond, func() {
+				if rival.state == cIdle {
+					rival.acquire("k0", false, 40*time.Millisecond)
+					s.flush(rival.n)
+				}
+			})
+		}
+	}
+	s = newSim(cfg)
+	s.run()
+	return s, heard
+}
