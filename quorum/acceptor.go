@@ -461,8 +461,8 @@ const maxHeardTTL = 24 * time.Hour
 // reports a 250 ms horizon, they vote after about 250 ms and grant the
 // key while the holder's deadline runs
 // (TestScenarioLoweredTTLAcrossAMajorityLoss). What is left of that hole
-// takes the refused accept and every request from the holder during the
-// quarantine to be lost (see the package documentation).
+// takes neither the refused accept nor a request from the holder to reach
+// the restarted voters while they wait (see the package documentation).
 //
 // A member can make voters wait up to maxHeardTTL longer after a restart
 // this way, as a voter can with the horizon it reports in a catch-up; it
