@@ -28,6 +28,12 @@ import (
 //     restarts within a quarter of a second (their quarantines overlap),
 //     cut off from the other voters (or from every other node) until some
 //     time after they leave quarantine.
+//   - loweredTTLLoss, with simConfig.LoweredTTLLoss always once a roll to
+//     a lower TTL has begun (simConfig.Retime): a voter restarts at the new TTL, and some seconds
+//     later, once a node of the old TTL has just taken a lease, the voters
+//     still at the old TTL, a majority, all crash together and restart at
+//     the new one: only they accepted that lease (the voter at the new TTL
+//     refuses it). Nothing is cut off.
 //
 // The first two need voter changes (simConfig.Reconfig); the third is left
 // out with a voter without a disk (simConfig.DisklessVoter says why). No
@@ -68,6 +74,8 @@ func (s *sim) scheduleAimed() {
 			d = a.missedThenChange()
 		case s.cfg.Reconfig && x < 0.75:
 			d = a.stalledChange()
+		case s.cfg.LoweredTTLLoss && s.cfg.Retime && s.cfg.RetimeTTL < s.cfg.TTL && s.now >= s.retimeAt():
+			d = a.loweredTTLLoss()
 		case !s.cfg.DisklessVoter:
 			d = a.majorityRestart()
 		}
@@ -440,6 +448,92 @@ func (a *aimed) majorityRestart() time.Duration {
 	s.tracef("aimed: %s crash, and restart cut off from %s for %v", nodeNames(lost), nodeNames(others), end)
 	a.split(lost, others, end)
 	return end
+}
+
+// loweredTTLLoss: in a roll to a lower TTL, the voters still at the old TTL,
+// a majority, lose their state together and come back at the new one,
+// beside a voter at the new TTL, which refused every lease of the old one.
+// Then no voter that kept its state knows how long those leases run
+// (TestScenarioLoweredTTLAcrossAMajorityLoss stages it once). When no voter
+// runs the new TTL yet, one restarts with it first, and the crash waits for
+// a later episode: until its catch-up's horizon (the old TTL, heard from
+// the others) has lapsed. The crash waits, too, for a node of the old TTL
+// that does not vote to take a lease (the voters at the old TTL are the
+// only ones to accept it), for up to two TTLs.
+func (a *aimed) loweredTTLLoss() time.Duration {
+	s := a.s
+	var old, rolled []*simNode
+	for _, v := range a.voters() {
+		if v.ttl == s.cfg.RetimeTTL {
+			rolled = append(rolled, v)
+		} else {
+			old = append(old, v)
+		}
+	}
+	oldTiming := s.cfg.timingOf(s.cfg.TTL)
+	if len(old) == 0 || len(old)+len(rolled) < len(s.m.Voters) {
+		return 0 // the roll is over, or voters are down: another time
+	}
+	if len(rolled) == 0 {
+		v := old[0]
+		s.tracef("aimed: %s restarts at the new TTL", v.id)
+		s.crash(v)
+		s.start(v)
+		return 2*oldTiming.TTL + s.quarantineOf(oldTiming)
+	}
+	if len(old) < s.m.Majority() {
+		return 0
+	}
+	// Wait, for up to two TTLs, until a node of the old TTL has just taken
+	// a lease.
+	const look = 10 * time.Millisecond
+	wait := 2 * oldTiming.TTL
+	var watch func(left time.Duration)
+	watch = func(left time.Duration) {
+		if s.healed || s.ended {
+			return
+		}
+		if !a.oldLeaseHeld() {
+			if left > look {
+				s.after(look, func() { watch(left - look) })
+			}
+			return
+		}
+		for _, n := range old {
+			if !n.up || n.ttl == s.cfg.RetimeTTL {
+				return // it restarted meanwhile: the roll moved on
+			}
+		}
+		for _, n := range old {
+			s.crash(n)
+			s.after(a.between(10*time.Millisecond, 250*time.Millisecond), func() {
+				if !n.up && !s.ended {
+					s.start(n)
+				}
+			})
+		}
+		s.tracef("aimed: %s, at the old TTL, crash; %s runs the new one", nodeNames(old), nodeNames(rolled))
+	}
+	watch(wait)
+	return wait + 250*time.Millisecond + s.quarantineOf(oldTiming) + oldTiming.TTL
+}
+
+// oldLeaseHeld reports whether a node that does not vote, at the old TTL of
+// a roll (simConfig.Retime), holds a lease of that TTL that it took less
+// than a fifth of it ago: such a lease has most of its time to run.
+func (a *aimed) oldLeaseHeld() bool {
+	s := a.s
+	for _, n := range s.nodes {
+		if !n.up || s.m.IsVoter(n.id) || n.ttl == s.cfg.RetimeTTL {
+			continue
+		}
+		for _, c := range n.clients {
+			if c.state == cHolding && c.grant != nil && s.now-c.grant.start < s.cfg.TTL/5 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // nodeNames lists the nodes' ids, as a trace shows them.

@@ -93,6 +93,10 @@ type simConfig struct {
 	// majority's restart (sim_aimed_test.go); with Reconfig, the voter
 	// changes are its episodes' alone.
 	Aimed bool
+	// LoweredTTLLoss, with Aimed and a Retime that lowers the TTL, adds
+	// the episode that crashes the voters still at the old TTL once the
+	// roll began (loweredTTLLoss).
+	LoweredTTLLoss bool
 	// DiskLoss, with Reconfig and Disks, loses voters' disks around voter
 	// changes left unsettled (sim_diskloss_test.go).
 	DiskLoss bool
@@ -196,6 +200,9 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	// aimed at the windows of voter changes and of a majority's restart
 	// (sim_aimed_test.go); its voter changes come from those alone.
 	cfg.Aimed = seed%11 == 7
+	// The aimed seeds that lower the TTL by a roll crash the voters of
+	// the old TTL during it.
+	cfg.LoweredTTLLoss = cfg.Aimed && cfg.Retime && cfg.RetimeTTL < cfg.TTL
 	// A seventh of the seeds that change voters (seed%14 == 10, less those
 	// with a voter without a disk from the start, and the aimed ones)
 	// lose voters' disks around changes left unsettled
