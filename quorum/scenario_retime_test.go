@@ -61,6 +61,18 @@ func TestScenarioLoweredTTLAcrossAMajorityLoss(t *testing.T) {
 }
 
 func loweredTTLAcrossMajorityLoss(t *testing.T, seed int64, bug string, refusalLost bool) (s *sim, heard bool) {
+	s, heard, _ = loweredTTLRun(t, seed, bug, refusalLost, false)
+	return s, heard
+}
+
+// lostThenCrashed is what loweredTTLRun saw when it crashed the holder's
+// node as soon as it was told its lease was lost: the deadline that lease
+// had, when the crash came, and when the rival was first granted the key.
+type lostThenCrashed struct {
+	deadline, crashed, rival time.Duration
+}
+
+func loweredTTLRun(t *testing.T, seed int64, bug string, refusalLost, crashOnLoss bool) (s *sim, heard bool, lc lostThenCrashed) {
 	t.Helper()
 	cfg := faultFree(seed, 3, 2, 1, 1)
 	cfg.Bug = bug
@@ -69,7 +81,7 @@ func loweredTTLAcrossMajorityLoss(t *testing.T, seed int64, bug string, refusalL
 	cfg.HealAt = 6 * time.Second // the roll starts at a third of it
 	cfg.Duration = 10 * time.Second
 	cfg.Script = func(s *sim) {
-		heard = false
+		heard, lc = false, lostThenCrashed{}
 		holder, rival := s.nodes[3].clients[0], s.nodes[1].clients[0]
 		holder.holdTime = 5 * time.Second
 		rival.holdTime = 100 * time.Millisecond
@@ -112,6 +124,23 @@ func loweredTTLAcrossMajorityLoss(t *testing.T, seed int64, bug string, refusalL
 			s.start(s.nodes[0])
 			s.start(s.nodes[2])
 		})
+		if crashOnLoss {
+			var g *grantRec
+			for at := 4510 * time.Millisecond; at < 6*time.Second; at += time.Millisecond {
+				s.at(at, func() {
+					switch {
+					case lc.crashed == 0 && holder.grant != nil:
+						g = holder.grant
+					case lc.crashed == 0 && g != nil:
+						lc.deadline, lc.crashed = g.end, s.now
+						s.crash(holder.n)
+					}
+					if lc.rival == 0 && rival.grant != nil {
+						lc.rival = rival.grant.start
+					}
+				})
+			}
+		}
 		for i := range 12 {
 			s.at(4950*time.Millisecond+time.Duration(i)*50*time.Millisecond, func() {
 				if rival.state == cIdle {
@@ -123,5 +152,35 @@ func loweredTTLAcrossMajorityLoss(t *testing.T, seed int64, bug string, refusalL
 	}
 	s = newSim(cfg)
 	s.run()
-	return s, heard
+	return s, heard, lc
+}
+
+// A holder told that its lease is lost acts no more once its node crashes,
+// as one that still holds its lease: the checker ends the lost grant's
+// interval at the crash, not at its deadline. The lowered-TTL scenario with
+// the rule broken (deaf-to-long-leases) grants the key to a rival while the
+// lost lease's deadline runs; with the holder's node crashed as soon as it
+// is told of the loss, a grant after the crash breaks nothing. (Left alive,
+// the same holder's interval runs to its deadline, and the rival's grant
+// breaks I1: TestScenarioLoweredTTLAcrossAMajorityLoss.)
+func TestCheckerEndsALostGrantAtItsHoldersCrash(t *testing.T) {
+	shown := 0
+	for seed := int64(1); seed <= 8; seed++ {
+		s, _, lc := loweredTTLRun(t, seed, "deaf-to-long-leases", false, true)
+		if lc.crashed == 0 {
+			t.Fatalf("seed %d: the holder was never told it lost its lease", seed)
+		}
+		if len(s.fail) > 0 {
+			t.Errorf("seed %d: the holder's node crashed at %v, once told its lease (deadline %v) was lost, yet: %s",
+				seed, lc.crashed, lc.deadline, s.fail[0])
+			continue
+		}
+		if lc.rival != 0 && lc.rival >= lc.crashed && lc.rival < lc.deadline {
+			shown++
+		}
+	}
+	if shown == 0 {
+		t.Errorf("in no seed of 8 was the rival granted between the holder's crash and its lost lease's deadline")
+	}
+	t.Logf("%d of 8 seeds granted the rival between the crash and the lost lease's deadline", shown)
 }

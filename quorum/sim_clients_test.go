@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"time"
 
 	qt "github.com/lockmesh/lockmesh/quorum/quorumtest"
@@ -39,6 +40,9 @@ type simClient struct {
 
 	grant   *grantRec
 	stalled bool
+	// lost are the grants the client was told it lost whose deadlines may
+	// still run: its node's crash ends them, as it ends the one it holds.
+	lost []*grantRec
 
 	// A scripted client acts only when a test tells it to, and holds each
 	// grant for hold.
@@ -330,6 +334,8 @@ func (c *simClient) onLease(ev LeaseEvent) {
 	if ev.Lost {
 		c.s.stats.Lost++
 		if !c.stalled && c.state == cHolding {
+			c.lost = slices.DeleteFunc(c.lost, func(g *grantRec) bool { return g.closed || g.end <= c.s.now })
+			c.lost = append(c.lost, c.grant)
 			c.idle()
 		}
 	} else {
@@ -358,6 +364,16 @@ func (c *simClient) crashed() {
 	if c.grant != nil {
 		s.check.ended(c.grant, s.now)
 	}
+	// A grant it was told it lost ends too: a holder that crashed acts no
+	// more, whether or not it was told first. (Its interval otherwise runs
+	// to its deadline: the notice comes before it, and no one may be
+	// granted the key until then.)
+	for _, g := range c.lost {
+		if !g.closed && g.end > s.now {
+			s.check.ended(g, s.now)
+		}
+	}
+	c.lost = nil
 	c.gen++
 	c.state = cIdle
 	c.grant, c.stalled = nil, false
