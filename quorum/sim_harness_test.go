@@ -423,6 +423,7 @@ func (s *sim) holderName(id NodeID, inc uint64) string {
 // sim is one run.
 type sim struct {
 	cfg    simConfig
+	orig   simConfig // cfg as newSim was given it (failureReport)
 	rand   *rand.Rand
 	now    time.Duration
 	seq    uint64
@@ -488,6 +489,7 @@ func (st simStats) String() string {
 func newSim(cfg simConfig) *sim {
 	s := &sim{
 		cfg:     cfg,
+		orig:    cfg,
 		rand:    rand.New(rand.NewSource(cfg.Seed)),
 		cut:     make(map[[2]int]bool),
 		nextInc: 1,

@@ -150,10 +150,16 @@ func (k *simChecker) allClients() []*simClient {
 // observeConfig is a simulated run with observers and a quiet end.
 func observeConfig(seed int64, voters int) simConfig {
 	cfg := defaultSimConfig(seed, voters)
-	cfg.Observe = 300 * time.Millisecond
-	cfg.Quiet = 2 * time.Second
-	cfg.Updates = true
+	observing(&cfg)
 	return cfg
+}
+
+// observing makes every node of c's runs observe every key
+// (observeConfig; -sim.observe).
+func observing(c *simConfig) {
+	c.Observe = 300 * time.Millisecond
+	c.Quiet = 2 * time.Second
+	c.Updates = true
 }
 
 // TestSimulationObserve runs seeded runs with every node observing every

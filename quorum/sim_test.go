@@ -27,6 +27,7 @@ var (
 	simStride = flag.Int64("sim.stride", 1, "step between TestSimulation's seeds: 2 from an even -sim.first runs only the seeds that change voters")
 	simReads  = flag.Float64("sim.reads", 0, "share of the clients' operations that are reads (default 0.15)")
 	simForget = flag.Bool("sim.forgetful", false, "every run's voters drop idle registers, and its proposers idle keys, all the time")
+	simObs    = flag.Bool("sim.observe", false, "every run's nodes observe every key, as TestSimulationObserve's runs do (checks O1 to O3 too)")
 )
 
 // soakConfig is seed's run with the voters given, as TestSimulation and
@@ -41,6 +42,9 @@ func soakConfig(seed int64, voters int) simConfig {
 		smallRegisters(&cfg)
 		smallIdle(&cfg)
 	}
+	if *simObs {
+		observing(&cfg)
+	}
 	return cfg
 }
 
@@ -53,7 +57,28 @@ func soakFlags() string {
 	if *simForget {
 		b.WriteString(" -sim.forgetful")
 	}
+	if *simObs {
+		b.WriteString(" -sim.observe")
+	}
 	return b.String()
+}
+
+// replayLine is the command that replays a run of cfg, if TestSimulationReplay
+// can: a run of soakConfig's, or of observeConfig's, with a bug or none.
+// Any other run (scripted, or tweaked by its test) is replayed by its test.
+func replayLine(cfg simConfig) string {
+	cmd := fmt.Sprintf("go test ./quorum -run TestSimulationReplay -v -sim.seed=%d -sim.voters=%d%s", cfg.Seed, cfg.Voters, bugFlag(cfg.Bug))
+	same := func(c simConfig) bool {
+		c.Bug, c.Trace = cfg.Bug, cfg.Trace
+		return cfg.Script == nil && cfg.Delay == nil && reflect.DeepEqual(c, cfg)
+	}
+	switch {
+	case same(soakConfig(cfg.Seed, cfg.Voters)):
+		return cmd + soakFlags()
+	case *simReads == 0 && !*simForget && !*simObs && same(observeConfig(cfg.Seed, cfg.Voters)):
+		return cmd + " -sim.observe"
+	}
+	return "none by seed: the test that made this run set its configuration; run that test again"
 }
 
 // voterSizes parses -sim.sizes.
@@ -236,14 +261,13 @@ func TestSimulationReplay(t *testing.T) {
 // failureReport names the violation, replays the seed with tracing to show
 // what led to it, and prints the command that replays it.
 func failureReport(s *sim) string {
-	cfg := s.cfg
+	cfg := s.orig // as the run began: the aimed faults change s.cfg
 	cfg.Trace = true
 	r := newSim(cfg)
 	r.run()
 	var b strings.Builder
 	fmt.Fprintf(&b, "seed %d, %d voters%s: %s\n", cfg.Seed, cfg.Voters, bugNote(cfg.Bug), s.fail[0])
-	fmt.Fprintf(&b, "replay: go test ./quorum -run TestSimulationReplay -v -sim.seed=%d -sim.voters=%d%s%s\n",
-		cfg.Seed, cfg.Voters, bugFlag(cfg.Bug), soakFlags())
+	fmt.Fprintf(&b, "replay: %s\n", replayLine(s.orig))
 	fmt.Fprintf(&b, "trace before the violation:\n%s", strings.Join(tail(r.trace, 40), "\n"))
 	return b.String()
 }
