@@ -185,6 +185,8 @@ func (g gossip) seen(n *memberlist.Node, state string) {
 	if state == "alive" {
 		g.m.checkPeerConfig(n.Name, meta.Config)
 	}
+	// Driving the node takes locks of ours; not under memberlist's.
+	go g.m.reviewLeaseHorizons()
 }
 
 // rejoinLoop rejoins the seeds and every voter seen before that gossip does
@@ -204,6 +206,7 @@ func (m *Mesh) rejoinLoop() {
 			return
 		case <-t.C:
 		}
+		m.reviewLeaseHorizons() // lowers what the metadata says of leases held
 		targets := m.rejoinTargets()
 		if len(targets) == 0 {
 			continue

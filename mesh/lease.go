@@ -204,6 +204,7 @@ func (l *Lease) end(err error) bool {
 		return false
 	}
 	l.err = err
+	l.m.holdingAdd(l.ttl, -1)
 	if l.sig != nil && l.sig.done != nil {
 		close(l.sig.done)
 	}
@@ -683,6 +684,7 @@ func (m *Mesh) result(res quorum.OpResult) {
 	if res.Outcome == quorum.Granted {
 		l := newLease(m, res.Key, res.Epoch, res.LeaseStart, res.Deadline, res.Value.Data)
 		l.ttl = res.Value.TTL
+		m.holdingAdd(l.ttl, 1) // until l.end
 		// The node keeps it with the lease (Node.LeaseTag): the mesh's
 		// table of its leases. Its renewals name it (LeaseEvent.Tag): no
 		// lookup by key for each of them (a twelfth of a holder's CPU at

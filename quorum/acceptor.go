@@ -265,6 +265,9 @@ type Acceptor struct {
 	horizonAsked time.Duration
 	horizon      time.Duration
 	horizonUntil time.Duration
+	// peerTTL is the longest lease a running node said it holds, as this
+	// acceptor's node was last told (SetPeerTTL).
+	peerTTL time.Duration
 	// floorOnly is set when a majority of voters had lost their state at
 	// once, so that the acceptor went live without a majority to catch up
 	// from; epochs then rest on the wall-clock floor alone.
@@ -487,10 +490,32 @@ func (a *Acceptor) stretch(d time.Duration) time.Duration {
 // it learned when it caught up, for as long as a lease of that length
 // accepted before could still run.
 func (a *Acceptor) Horizon() time.Duration {
+	h := max(a.cfg.MaxTTL, a.peerTTL)
 	if a.clock.Now() < a.horizonUntil {
-		return max(a.cfg.MaxTTL, a.horizon)
+		h = max(h, a.horizon)
 	}
-	return a.cfg.MaxTTL
+	return h
+}
+
+// SetPeerTTL tells the acceptor the longest lease that a running node says
+// it holds (Node.SetPeerTTL). Restarted voters are told of it as a horizon,
+// and a quarantined acceptor waits it out itself: in a rolling restart that
+// lowers MaxTTL, a node may hold a lease longer than this acceptor's
+// MaxTTL that only voters of the old setting accepted, and those may all
+// have lost their state (see hearLease). Lowered, the longer value is
+// still reported while a lease of that length taken before could run.
+func (a *Acceptor) SetPeerTTL(h time.Duration) {
+	if a.faults.deafToLongLeases {
+		return
+	}
+	h = min(max(h, 0), maxHeardTTL)
+	if h < a.peerTTL {
+		a.learnHorizon(a.peerTTL)
+	}
+	a.peerTTL = h
+	if h > a.cfg.MaxTTL && !a.faults.ownQuarantineOnly {
+		a.liveFrom = max(a.liveFrom, a.startedAt+h)
+	}
 }
 
 // State reports whether the acceptor votes yet.

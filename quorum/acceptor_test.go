@@ -1523,3 +1523,42 @@ func TestAcceptorKeepsTheLengthOfLeasesItRefuses(t *testing.T) {
 		}
 	})
 }
+
+// A running node's word that it holds a lease longer than this acceptor's
+// MaxTTL (SetPeerTTL) is a horizon: reported to restarting voters, waited
+// out after a restart, and still reported a while after the word is taken
+// back.
+func TestAcceptorWaitsOutTheLeasesPeersHold(t *testing.T) {
+	long := 3 * accMaxTTL
+	t.Run("quarantined", func(t *testing.T) {
+		f := newAccFixture(t)
+		start := f.clock.Now()
+		f.a.SetPeerTTL(long)
+		if got := f.a.Recovery().LiveFrom; got < start+long {
+			t.Errorf("may vote from %v after its start, before a %v lease a peer holds could end", got-start, long)
+		}
+	})
+	t.Run("live", func(t *testing.T) {
+		f := newLiveAcceptor(t)
+		f.a.SetPeerTTL(long)
+		if h := f.a.Horizon(); h != long {
+			t.Fatalf("horizon %v while a peer holds a %v lease", h, long)
+		}
+		f.a.SetPeerTTL(0)
+		if h := f.a.Horizon(); h != long {
+			t.Errorf("horizon %v just after the peer's word was taken back, want %v while such a lease could run", h, long)
+		}
+		f.clock.advance(2*f.a.stretch(long) + time.Nanosecond)
+		if h := f.a.Horizon(); h != accMaxTTL {
+			t.Errorf("horizon %v long after, want MaxTTL %v", h, accMaxTTL)
+		}
+	})
+	t.Run("bounded", func(t *testing.T) {
+		f := newAccFixture(t)
+		start := f.clock.Now()
+		f.a.SetPeerTTL(maxHeardTTL * 2)
+		if got := f.a.Recovery().LiveFrom; got != start+maxHeardTTL {
+			t.Errorf("a peer's word of a %v lease keeps it out until %v after its start, want %v", 2*maxHeardTTL, got-start, maxHeardTTL)
+		}
+	})
+}

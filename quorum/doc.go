@@ -110,10 +110,11 @@
 // voters (CatchUpResponse.Horizon: their MaxTTL, or a longer lease they
 // heard of), and from the accepts it refuses meanwhile, which carry the
 // holders' TTLs. A live voter that refuses an accept longer than its MaxTTL
-// keeps that TTL as its horizon for the others. If a majority of voters
-// lose their state together while a lease longer than their new MaxTTL
-// runs, and none of these reach them, that lease can be cut to the new
-// MaxTTL; a disk keeps the horizon (Durable.Horizon).
+// keeps that TTL as its horizon for the others. A node's mesh may also say
+// that a running node holds such a lease (Node.SetPeerTTL, from gossip).
+// If a majority of voters lose their state together while a lease longer
+// than their new MaxTTL runs, and none of these reach them, that lease can
+// be cut to the new MaxTTL; a disk keeps the horizon (Durable.Horizon).
 //
 // # Waiting
 //

@@ -37,6 +37,9 @@ type Node struct {
 	m     Membership
 	voter bool // m names this node
 	quiet bool // Silence
+	// peerTTL is the longest lease another running node said it holds
+	// (SetPeerTTL).
+	peerTTL time.Duration
 
 	out     []Message   // replies waiting for Ready
 	held    [][]Request // the proposer's request slices, until Advance
@@ -287,8 +290,23 @@ func (n *Node) maybeVote() error {
 	if err != nil {
 		return fmt.Errorf("quorum: %s cannot vote: %w", n.id, err)
 	}
+	a.SetPeerTTL(n.peerTTL)
 	n.acc = a
 	return nil
+}
+
+// SetPeerTTL tells the node the longest lease that another running node
+// says it holds, when that is longer than some voter's MaxTTL (its mesh
+// reads it from the nodes' gossip metadata). Its acceptor, now or once it
+// has one, reports it to restarted voters as a lease horizon, and waits it
+// out after its own restart (Acceptor.SetPeerTTL): in a rolling restart
+// that lowers MaxTTL, such a lease may have been accepted only by voters
+// of the old setting, which may all have lost their state.
+func (n *Node) SetPeerTTL(h time.Duration) {
+	n.peerTTL = h
+	if n.acc != nil {
+		n.acc.SetPeerTTL(h)
+	}
 }
 
 // sync brings the proposer and the acceptor to the newer of their

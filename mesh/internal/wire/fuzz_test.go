@@ -219,7 +219,10 @@ func FuzzDecodeNotify(f *testing.F) {
 func sampleMetas() []Meta {
 	v2 := Meta{RPC: "10.0.0.2:7947", Config: 0xfeedfacecafebeef, Inc: 1795910400123456789}
 	v2.SetSettings(Settings{Versions: Supported, Drift: 0.01, TTL: 10 * time.Second, MaxTTL: time.Minute})
+	holding := v2
+	holding.Holding = 30 * time.Second
 	return []Meta{
+		holding,
 		{RPC: "10.0.0.1:7947"},
 		{RPC: "[::1]:7947", Expect: 3},
 		{RPC: "127.0.0.1:7947", Config: 0xfeedfacecafebeef, Inc: 1795910400123456789},
@@ -250,6 +253,9 @@ func FuzzDecodeMeta(f *testing.F) {
 			if err := s.check(); err != nil {
 				t.Fatalf("decoded impossible settings: %v", err)
 			}
+		}
+		if m.Holding < 0 {
+			t.Fatalf("decoded a node holding leases of %v", m.Holding)
 		}
 		b, err := m.Encode()
 		if err != nil {

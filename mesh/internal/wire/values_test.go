@@ -70,3 +70,23 @@ func TestEarlierVersionsSeeNoValues(t *testing.T) {
 		t.Error("a request for version 3 leaves something out")
 	}
 }
+
+// A node's word of the leases it holds (Meta.Holding) comes through, and a
+// negative one is refused as malformed, not taken.
+func TestMetaHolding(t *testing.T) {
+	m := Meta{RPC: "10.0.0.1:7947", Holding: 1500 * time.Millisecond}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := DecodeMeta(b); err != nil || got.Holding != m.Holding {
+		t.Fatalf("decoded %v, %v; want holding %v", got.Holding, err, m.Holding)
+	}
+	m.Holding = -time.Second
+	if b, err = m.Encode(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := DecodeMeta(b); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("a negative holding decoded with %v, want ErrMalformed", err)
+	}
+}

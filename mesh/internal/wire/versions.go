@@ -172,6 +172,13 @@ type Meta struct {
 	Drift  float64       `codec:"rho,omitempty"`
 	TTL    time.Duration `codec:"ttl,omitempty"`
 	MaxTTL time.Duration `codec:"mttl,omitempty"`
+
+	// Holding is the longest TTL among the leases the node holds, when it
+	// is longer than the MaxTTL of a voter it knows (a rolling restart that
+	// lowers MaxTTL is under way), else 0. A voter that restarts without
+	// its state waits out such leases (quorum.Node.SetPeerTTL). Nodes
+	// before it skip it (msgpack maps skip keys a struct does not have).
+	Holding time.Duration `codec:"hold,omitempty"`
 }
 
 // Settings returns the node's settings, and false for a node of version 1,
@@ -214,6 +221,9 @@ func DecodeMeta(b []byte) (Meta, error) {
 		if err := s.check(); err != nil {
 			return Meta{}, fmt.Errorf("node metadata: %w", err)
 		}
+	}
+	if m.Holding < 0 {
+		return Meta{}, fmt.Errorf("%w: node metadata: holding leases of %v", ErrMalformed, m.Holding)
 	}
 	return m, nil
 }
