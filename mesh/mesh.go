@@ -3,6 +3,7 @@ package mesh
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand"
 	"net"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-metrics"
 	"github.com/hashicorp/memberlist"
+	"github.com/lockmesh/lockmesh/lease"
 	"github.com/lockmesh/lockmesh/quorum"
 	"github.com/lockmesh/lockmesh/transport"
 )
@@ -274,7 +276,12 @@ func (m *Mesh) startGossip() error {
 	if err := m.secureGossip(mc); err != nil { // key, label, logger
 		return err
 	}
-	if _, err := m.meta.encode(); err != nil {
+	// Checked at its fullest: a configuration id and a word of leases held
+	// (holding.go) join it later, and metadata that outgrows memberlist's
+	// limit then would not be sent at all.
+	full := m.meta
+	full.Config, full.Holding = math.MaxUint64, lease.MaxTTL
+	if _, err := full.encode(); err != nil {
 		return err
 	}
 	ml, err := memberlist.Create(mc)
