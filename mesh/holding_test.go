@@ -67,6 +67,11 @@ func TestRestartedVotersWaitOutALeaseAHolderGossips(t *testing.T) {
 			return m.Status().Waiting.Quarantine > own+short
 		})
 	}
+	// Past its own quarantine it still waits, and says so.
+	waitFor(t, 15*time.Second, "node0 to catch up while it waits out the lease", func() bool {
+		st := restarted[0].Status()
+		return st.VotingState == CatchingUp && st.Waiting.Quarantine > 0
+	})
 	// Once the lease ends, the word is taken back (twice its length
 	// later, at a review).
 	rctx, rcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

@@ -96,6 +96,9 @@ func readyChecks(st Status) []check {
 		}
 	case CatchingUp:
 		vote.ok, vote.why = false, "catching up"
+		if w.Quarantine > 0 {
+			vote.why += fmt.Sprintf(", waiting out a longer lease for %v more", w.Quarantine.Round(time.Millisecond))
+		}
 		if len(w.CatchUp) > 0 {
 			vote.why += ", waiting for " + strings.Join(w.CatchUp, ", ")
 		}

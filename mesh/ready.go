@@ -119,7 +119,10 @@ type Waiting struct {
 	// not heard from a voter).
 	Configuration bool `json:",omitempty"`
 	// Quarantine is how long this restarted voter still refuses to vote
-	// (zero once its quarantine is over).
+	// for the leases it may have accepted before (zero once they have
+	// ended): its own quarantine, or, while it catches up after that, a
+	// longer lease it heard of (another voter's horizon, or a holder's
+	// word in gossip during a rolling restart that lowers MaxTTL).
 	Quarantine time.Duration `json:",omitempty"`
 	// CatchUp are the voters that have not yet answered this voter's
 	// catch-up in full; Recovering those that answered that they are
@@ -442,6 +445,11 @@ func (m *Mesh) readiness(rec *quorum.Recovery) readinessNow {
 		}
 	case CatchingUp:
 		if rec != nil {
+			if rec.LiveFrom > now {
+				// Past its own quarantine, it waits out a longer
+				// lease it heard of (a horizon, or a holder's word).
+				r.waiting.Quarantine = rec.LiveFrom - now
+			}
 			r.waiting.CatchUp = names(rec.Waiting)
 			r.waiting.Recovering = names(rec.Recovering)
 			r.waiting.NewerConfig = rec.NewerConfig

@@ -486,9 +486,10 @@ func (a *Acceptor) stretch(d time.Duration) time.Duration {
 }
 
 // Horizon is the longest lease this acceptor may be protecting, or knows
-// another voter may be: the most it accepts (MaxTTL), or the longer horizon
-// it learned when it caught up, for as long as a lease of that length
-// accepted before could still run.
+// another voter may be: the most it accepts (MaxTTL), the longer horizon it
+// learned when it caught up or from an accept it refused (for as long as a
+// lease of that length accepted before could still run), or the longest
+// lease a running node says it holds (SetPeerTTL).
 func (a *Acceptor) Horizon() time.Duration {
 	h := max(a.cfg.MaxTTL, a.peerTTL)
 	if a.clock.Now() < a.horizonUntil {
