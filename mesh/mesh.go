@@ -71,17 +71,17 @@ type Mesh struct {
 
 	// The protocol: the node, driven under nodeMu (engine.go), and what
 	// waits on it.
-	nodeMu sync.Mutex
-	node   *quorum.Node
+	nodeMu  sync.Mutex
+	node    *quorum.Node
+	voting  atomic.Pointer[quorum.VotingState] // as the node last said
+	rand    *rand.Rand
+	waiters map[quorum.OpID]chan outcome
 	// hold counts the leases this node holds by TTL, for its gossip
 	// metadata; peerTTLMu orders hearPeerTTLs' calls, and peerTTL is
 	// what the node was last told (holding.go).
 	hold      holding
 	peerTTLMu sync.Mutex
 	peerTTL   time.Duration
-	voting    atomic.Pointer[quorum.VotingState] // as the node last said
-	rand      *rand.Rand
-	waiters   map[quorum.OpID]chan outcome
 	// (The leases this node holds are kept by the node, each with its
 	// Lease: Node.TagLease, LeaseTag, LeaseTags.)
 	// Requests received from the network wait for the node's answer in
