@@ -2,13 +2,10 @@ package mesh
 
 import (
 	"context"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/lockmesh/lockmesh/quorum"
-	"github.com/lockmesh/lockmesh/transport"
 )
 
 // A rolling restart that lowers MaxTTL from 1.5 s to 400 ms, in its second
@@ -61,7 +58,8 @@ func TestRestartedVotersWaitOutALeaseAHolderGossips(t *testing.T) {
 	c.net.Cut("node3", "node0") // nor do its renewals reach the restarted voters
 	c.net.Cut("node3", "node1")
 	own := c.nodes[2].quarantine()
-	restarted := []*Mesh{c.restartAt(0, short), c.restartAt(1, short)}
+	lowered := func(cfg *Config) { cfg.MaxTTL = short }
+	restarted := []*Mesh{c.restartNodeWith(0, false, lowered), c.restartNodeWith(1, false, lowered)}
 	for _, m := range restarted {
 		waitFor(t, 15*time.Second, m.Name()+" to wait out node3's "+long.String()+" lease", func() bool {
 			return m.Status().Waiting.Quarantine > own+short
@@ -80,34 +78,6 @@ func TestRestartedVotersWaitOutALeaseAHolderGossips(t *testing.T) {
 	waitFor(t, 20*time.Second, "node3's metadata to stop saying it holds a long lease", func() bool {
 		return holder.ownMeta().Holding == 0
 	})
-}
-
-// restartAt crashes node i of c and starts a new process under its name and
-// gossip port, on c's network, with MaxTTL maxTTL.
-func (c *cluster) restartAt(i int, maxTTL time.Duration) *Mesh {
-	c.t.Helper()
-	old := c.nodes[i]
-	cfg := old.cfg
-	cfg.MaxTTL = maxTTL
-	_, port, _ := net.SplitHostPort(old.Addr())
-	cfg.BindPort, _ = strconv.Atoi(port)
-	cfg.AdvertisePort = cfg.BindPort
-	cfg.Seeds = nil
-	for j, m := range c.nodes {
-		if j != i && !m.isClosed() {
-			cfg.Seeds = append(cfg.Seeds, m.Addr())
-		}
-	}
-	cfg.Transport = func(name string, h transport.Handler) (transport.Transport, error) {
-		return c.net.Listen(name, h)
-	}
-	old.Shutdown()
-	m, err := New(&cfg)
-	if err != nil {
-		c.t.Fatalf("restarting %s: %v", old.Name(), err)
-	}
-	c.nodes[i] = m
-	return m
 }
 
 // ownMeta is what this node's gossip metadata says.

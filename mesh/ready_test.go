@@ -32,8 +32,18 @@ func waitReady(t *testing.T, m *Mesh, limit time.Duration) {
 // gossip port, on c's network.
 func (c *cluster) restartNode(i int, leave bool) *Mesh {
 	c.t.Helper()
+	return c.restartNodeWith(i, leave, nil)
+}
+
+// restartNodeWith is restartNode with tweak applied to the new process's
+// configuration (nil: none).
+func (c *cluster) restartNodeWith(i int, leave bool, tweak func(*Config)) *Mesh {
+	c.t.Helper()
 	old := c.nodes[i]
 	cfg := old.cfg
+	if tweak != nil {
+		tweak(&cfg)
+	}
 	_, port, _ := net.SplitHostPort(old.Addr())
 	cfg.BindPort, _ = strconv.Atoi(port)
 	cfg.AdvertisePort = cfg.BindPort

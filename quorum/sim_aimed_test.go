@@ -29,11 +29,11 @@ import (
 //     cut off from the other voters (or from every other node) until some
 //     time after they leave quarantine.
 //   - loweredTTLLoss, with simConfig.LoweredTTLLoss always once a roll to
-//     a lower TTL has begun (simConfig.Retime): a voter restarts at the new TTL, and some seconds
-//     later, once a node of the old TTL has just taken a lease, the voters
-//     still at the old TTL, a majority, all crash together and restart at
-//     the new one: only they accepted that lease (the voter at the new TTL
-//     refuses it). Nothing is cut off.
+//     a lower TTL has begun (simConfig.Retime): a voter restarts at the new
+//     TTL, and some seconds later, once a node of the old TTL has just
+//     taken a lease, the voters still at the old TTL, a majority, all crash
+//     together and restart at the new one: only they accepted that lease
+//     (the voter at the new TTL refuses it). Nothing is cut off.
 //
 // The first two need voter changes (simConfig.Reconfig); the third is left
 // out with a voter without a disk (simConfig.DisklessVoter says why). No
