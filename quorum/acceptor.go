@@ -56,6 +56,15 @@ type AcceptorConfig struct {
 	// everything in memory, and refuses to vote on voter changes.
 	Disk    Disk
 	Durable *Durable
+	// NewMesh is the operator's word that the mesh is brand-new: no voter
+	// has ever voted. It matters only on a new disk (Disk set, Durable
+	// nil), which by itself proves nothing, since a wiped disk looks the
+	// same: the acceptor then votes at once if a majority of the voters,
+	// itself included, say they never voted and none says it has.
+	// Without it, it needs the word of so many others that they meet
+	// every majority (see maybeGoLive). A voter that hears that some voter
+	// voted ignores it (Recovery.NewMeshRefused).
+	NewMesh bool
 
 	faults acceptorFaults // tests only
 }
@@ -287,6 +296,9 @@ type Acceptor struct {
 	probing  bool
 	amnesiac bool // probed and heard that others voted: recovering as one that forgot
 	diskErr  error
+	// newMeshRefused is the voter that said it voted while this one
+	// probed with NewMesh set: the operator's word was wrong.
+	newMeshRefused NodeID
 
 	// Registers by last use, and the floors that stand for the dropped
 	// ones (acceptor_registers.go).
@@ -335,6 +347,7 @@ type acceptorFaults struct {
 	ownBucketNoncopies      bool // sweeps pick another voter's copies, never another's register this voter kept
 	keepExpiredGrants       bool // sweeps pick free registers only, never a grant whose lease ran out
 	freeLiveGrants          bool // sweeps pick any grant, its lease timed here or not
+	trustOwnEmptyDisk       bool // a new disk counts itself among the voters that never voted
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -389,7 +402,8 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		a.persistLive()
 	case cfg.Disk != nil:
 		// A new disk: if no voter has voted yet, this is a new mesh and
-		// nothing needs protecting; ask them before waiting anything out.
+		// nothing needs protecting; ask them before waiting anything out
+		// (neverVotedMajorities).
 		a.probing = true
 		a.startCatchUp()
 	}

@@ -282,6 +282,9 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		// Some voter has voted, or may have: this is no new mesh, and a
 		// new disk says nothing of what this node did before it (its old
 		// disk may be lost). Recover as one that forgot.
+		if a.cfg.NewMesh {
+			a.newMeshRefused = resp.From
+		}
 		a.abandonProbe()
 		return
 	}
@@ -444,6 +447,38 @@ func (a *Acceptor) merge(e *Entry) {
 // TestAudit7ConfigCopiesLookChosen).
 func (a *Acceptor) isCopy(r *register) bool { return r.copied && !a.faults.copiesVote }
 
+// neverVotedMajorities reports whether an acceptor on a new disk may vote at
+// once: whether the voters that said they never voted show that no
+// majority of the configuration ever accepted anything, so that nothing
+// was chosen and no lease runs.
+//
+// The acceptor's own empty disk is no evidence: a disk wiped, replaced or
+// re-imaged under a name that voted is empty too, and that voter's earlier
+// votes are exactly what must not be forgotten. So only the others' word
+// counts: those that never voted must meet every majority, n−q+1 of the
+// others for n voters with majority q (both others of 3, three of the
+// other four of 5). Each answered after this life began, so after every
+// vote of the earlier lives; a majority that had accepted anything would
+// hold one of them, which would have voted.
+//
+// A brand-new mesh that must start with fewer voters up than that cannot
+// tell itself from a wiped voter with a slow one (a voter cut off, and
+// one that never voted, look alike from every node that answers); it needs
+// the operator's word instead (NewMesh), which takes a majority of the
+// voters, itself included, that never voted.
+func (a *Acceptor) neverVotedMajorities() bool {
+	fresh, need := 0, len(a.m.Voters)-a.m.Majority()+1
+	if a.cfg.NewMesh || a.faults.trustOwnEmptyDisk {
+		fresh, need = 1, a.m.Majority()
+	}
+	for _, p := range a.catchUp.peers {
+		if p.fresh && a.m.IsVoter(p.id) {
+			fresh++
+		}
+	}
+	return fresh >= need
+}
+
 // abandonProbe turns a probing acceptor into one that forgot its state: it
 // waits out its quarantine (counted from its start) and catches up.
 func (a *Acceptor) abandonProbe() {
@@ -458,19 +493,14 @@ func (a *Acceptor) maybeGoLive() {
 		return
 	}
 	if a.probing {
-		// A new disk: live at once if a majority, this acceptor with it,
-		// have never voted (and nobody said otherwise, see
-		// HandleCatchUpResponse). Then no majority has accepted anything,
-		// so nothing was ever chosen and no lease runs.
-		fresh := 1
-		for _, p := range a.catchUp.peers {
-			if p.fresh && a.m.IsVoter(p.id) {
-				fresh++
-			}
-		}
-		if fresh >= a.m.Majority() {
+		switch {
+		case a.neverVotedMajorities():
 			a.probing = false
 			a.goLive()
+		case len(a.m.Voters) == 1:
+			// A voter alone has nobody to ask: it recovers as one
+			// that forgot (without NewMesh).
+			a.abandonProbe()
 		}
 		return
 	}
@@ -790,20 +820,34 @@ type Recovery struct {
 	// learn that it was not chosen (0: nothing of the kind). A voter
 	// change, from any node, settles it.
 	NewerConfig uint64
+	// NeverVoted: the acceptor is on a new disk, and Waiting are the
+	// voters it waits for to say they never voted (it votes at once when
+	// enough of them do, and recovers as one that forgot as soon as one
+	// says it voted).
+	NeverVoted bool
+	// NewMeshRefused names the voter that said it voted while this one,
+	// on a new disk, was told the mesh was brand-new (AcceptorConfig.
+	// NewMesh): the word was wrong, and the acceptor recovers as one that
+	// forgot. It stays set after the acceptor votes.
+	NewMeshRefused NodeID
 }
 
 // Recovery reports what the acceptor waits for before it votes (zero once
-// it is live).
+// it is live, but for NewMeshRefused).
 func (a *Acceptor) Recovery() Recovery {
 	if a.state == Live {
-		return Recovery{}
+		return Recovery{NewMeshRefused: a.newMeshRefused}
 	}
-	r := Recovery{LiveFrom: a.liveFrom}
+	r := Recovery{LiveFrom: a.liveFrom, NeverVoted: a.probing, NewMeshRefused: a.newMeshRefused}
 	if a.catchUp == nil {
 		return r
 	}
 	for _, p := range a.catchUp.peers {
 		switch {
+		case a.probing:
+			if !p.fresh && a.m.IsVoter(p.id) {
+				r.Waiting = append(r.Waiting, p.id)
+			}
 		case p.done:
 		case p.recovering:
 			r.Recovering = append(r.Recovering, p.id)

@@ -44,8 +44,13 @@ import (
 // here too: the auditor's TestAudit3NewDiskProbeCountsItself, not kept,
 // as the rule is the documented defence). A Fresh answer is no proof that
 // the voter lost nothing.
+//
+// A new disk no longer counts itself (neverVotedMajorities): n1 would wait
+// for n2's word. The run breaks that rule (trust-own-empty-disk) to reach
+// the state the second defence, restartedMajority's, is about.
 func TestAudit3FreshAnswerOfANewDiskVoterCountsAsRestarted(t *testing.T) {
 	cfg := faultFree(1, 3, 1, 1, 2)
+	cfg.Bug = "trust-own-empty-disk"
 	cfg.Disks, cfg.WallBack = true, false
 	cfg.Drift, cfg.Clocks = 0, ""
 	cfg.Duration, cfg.HealAt = 10*time.Second, 9*time.Second

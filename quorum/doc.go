@@ -78,8 +78,11 @@
 // An acceptor may keep a little on a Disk (durable.go): whether it voted,
 // its configuration and configuration register, and marks above every
 // epoch and ballot it saw. One whose disk says it never voted votes at
-// once; one whose disk is new asks the others, and votes at once if a
-// majority never voted (a new mesh). One that voted restarts as below, but
+// once; one whose disk is new asks the others, and votes at once if those
+// that never voted meet every majority (a new mesh; its own empty disk is
+// no evidence, since a wiped one looks the same), or, with the operator's
+// word that the mesh is new (NodeConfig.NewMesh), if a majority with it
+// never voted. One that voted restarts as below, but
 // on the newest configuration it adopted, and when a majority of its
 // configuration restarted from disks together, it goes live on theirs: its
 // marks, not the wall clock, keep tokens and ballots above the earlier

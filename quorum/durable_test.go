@@ -29,7 +29,7 @@ func (d *memDisk) Save(st *Durable) error {
 
 // newDiskFixture returns acceptor "a" of {a, b, c} on disk d, started from
 // what d holds.
-func newDiskFixture(t testing.TB, d *memDisk) *accFixture {
+func newDiskFixture(t testing.TB, d *memDisk, edit ...func(*AcceptorConfig)) *accFixture {
 	t.Helper()
 	m := NewMembership(ClusterID([]NodeID{"a", "b", "c"}), "a", "b", "c")
 	clock := &fakeClock{now: 3 * time.Hour, wall: testWallBase}
@@ -39,6 +39,9 @@ func newDiskFixture(t testing.TB, d *memDisk) *accFixture {
 		st := d.saved.clone()
 		cfg.Durable = &st
 	}
+	for _, e := range edit {
+		e(&cfg)
+	}
 	a, err := NewAcceptor(cfg)
 	if err != nil {
 		t.Fatalf("NewAcceptor: %v", err)
@@ -46,28 +49,42 @@ func newDiskFixture(t testing.TB, d *memDisk) *accFixture {
 	return &accFixture{t: t, id: "a", a: a, clock: clock, m: m}
 }
 
-// answerProbe answers the acceptor's catch-up requests to peer as a voter
-// with a disk that never voted (fresh) or one that did.
+// answerProbe answers the acceptor's catch-up request to peer (the first
+// bucket's, which every start asks for) as a voter with a disk that never
+// voted (fresh) or one that did.
 func answerProbe(f *accFixture, peer NodeID, fresh bool) {
-	for _, req := range f.a.Ready().CatchUps {
-		if req.To == peer {
-			f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: peer, To: "a", Inc: 1,
-				Status: StatusRecovering, Bucket: req.Bucket, Fresh: fresh})
-		}
-	}
+	f.a.Ready() // the requests, taken as sent
+	f.a.HandleCatchUpResponse(&CatchUpResponse{Config: f.m.ID, From: peer, To: "a", Inc: 1,
+		Status: StatusRecovering, Fresh: fresh})
 }
 
-// A voter on a new disk votes as soon as one other voter (a majority with
-// it) says that it never voted either: a new mesh needs no quarantine.
-func TestDurableNewMeshVotesOnMajorityOfFreshVoters(t *testing.T) {
+// newMesh answers the probe of a voter on a new disk as both other voters
+// would in a brand-new mesh: none of them ever voted.
+func newMesh(f *accFixture) {
+	answerProbe(f, "b", true)
+	answerProbe(f, "c", true)
+}
+
+// A voter on a new disk votes as soon as both other voters say they never
+// voted either: a new mesh needs no quarantine. One other's word with its
+// own is not enough, for its own empty disk is no evidence: a disk wiped
+// under a voter's name is empty too.
+func TestDurableNewDiskVotesWhenTheOthersNeverVoted(t *testing.T) {
 	d := &memDisk{}
 	f := newDiskFixture(t, d)
 	if f.a.State() == Live {
 		t.Fatalf("live before hearing from anyone")
 	}
 	answerProbe(f, "b", true)
+	if f.a.State() == Live {
+		t.Fatalf("live on b's word alone: a's own empty disk counted as a voter that never voted")
+	}
+	if rec := f.a.Recovery(); !rec.NeverVoted || !slices.Equal(rec.Waiting, []NodeID{"c"}) {
+		t.Fatalf("recovery %+v; want waiting for c to say it never voted", rec)
+	}
+	answerProbe(f, "c", true)
 	if f.a.State() != Live {
-		t.Fatalf("%v after a fresh majority; want live", f.a.State())
+		t.Fatalf("%v after both others said they never voted; want live", f.a.State())
 	}
 	if d.saved == nil || d.saved.Voted || d.saved.Membership.ID != f.m.ID {
 		t.Fatalf("saved %+v; want the configuration, not voted", d.saved)
@@ -76,6 +93,31 @@ func TestDurableNewMeshVotesOnMajorityOfFreshVoters(t *testing.T) {
 	mustOK(t, "accept", f.accept(bal(1, "p"), grantTo("p", 100, bal(1, "p"))))
 	if !d.saved.Voted || d.saved.Reserved < 100 || d.saved.Ballots <= 1 || d.saved.Horizon != accMaxTTL {
 		t.Fatalf("after the first accept the disk holds %+v", d.saved)
+	}
+}
+
+// With the operator's word that the mesh is brand-new (NewMesh), a voter
+// on a new disk votes on a majority that never voted, itself included: a
+// new mesh starts with a voter missing.
+func TestDurableNewMeshVotesOnAMajorityWithTheOperatorsWord(t *testing.T) {
+	f := newDiskFixture(t, &memDisk{}, func(c *AcceptorConfig) { c.NewMesh = true })
+	answerProbe(f, "b", true)
+	if f.a.State() != Live {
+		t.Fatalf("%v after b said it never voted, with NewMesh; want live", f.a.State())
+	}
+}
+
+// The operator's word is refused once a voter says it voted: the voter
+// recovers as one that forgot, and says whose answer refused the word.
+func TestDurableNewMeshRefusedOnceAVoterVoted(t *testing.T) {
+	f := newDiskFixture(t, &memDisk{}, func(c *AcceptorConfig) { c.NewMesh = true })
+	answerProbe(f, "c", false)
+	answerProbe(f, "b", true)
+	if st := f.a.State(); st != Quarantined {
+		t.Fatalf("%v after c said it voted, with NewMesh; want quarantined", st)
+	}
+	if got := f.a.Recovery().NewMeshRefused; got != "c" {
+		t.Fatalf("NewMeshRefused %q, want c", got)
 	}
 }
 
@@ -102,7 +144,7 @@ func TestDurableNewDiskInAMeshThatVotedQuarantines(t *testing.T) {
 func TestDurableRestart(t *testing.T) {
 	d := &memDisk{}
 	f := newDiskFixture(t, d)
-	answerProbe(f, "b", true)
+	newMesh(f)
 	g := newDiskFixture(t, d) // a restart before any vote
 	if g.a.State() != Live {
 		t.Fatalf("restart of a voter that never voted: %v, want live", g.a.State())
@@ -168,7 +210,7 @@ func TestDurableVoterChangeNeedsADisk(t *testing.T) {
 func TestDurableKeepsTheConfiguration(t *testing.T) {
 	d := &memDisk{}
 	f := newDiskFixture(t, d)
-	answerProbe(f, "b", true)
+	newMesh(f)
 	next := f.m.Next([]NodeID{"a", "b", "c", "d"}, true, 0)
 	mustOK(t, "prepare", f.one("p", Op{Kind: OpPrepare, Key: ConfigKey, Ballot: bal(3, "p")}))
 	if d.saved.Config.Promise != bal(3, "p") {
@@ -196,7 +238,7 @@ func TestDurableKeepsTheConfiguration(t *testing.T) {
 func TestDurableFailedSaveStopsVoting(t *testing.T) {
 	d := &memDisk{}
 	f := newDiskFixture(t, d)
-	answerProbe(f, "b", true)
+	newMesh(f)
 	mustOK(t, "prepare", f.prepare(bal(1, "p"))) // saves a ballot mark
 	d.fail = errors.New("disk full")
 	r := f.accept(bal(1, "p"), grantTo("p", 100, bal(1, "p"))) // must save that it voted
@@ -217,7 +259,7 @@ func TestDurableFailedSaveStopsVoting(t *testing.T) {
 func TestDurableSavesOncePerBlock(t *testing.T) {
 	d := &memDisk{}
 	f := newDiskFixture(t, d)
-	answerProbe(f, "b", true)
+	newMesh(f)
 	grant := func(i uint64) {
 		b := bal(i, "p")
 		mustOK(t, "prepare", f.prepare(b))

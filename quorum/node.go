@@ -81,6 +81,9 @@ type NodeConfig struct {
 	// on the newer of Membership and the saved configuration.
 	Disk    Disk
 	Durable *Durable
+	// NewMesh is the operator's word that the mesh is brand-new
+	// (AcceptorConfig.NewMesh).
+	NewMesh bool
 
 	// faults break the protocol on purpose, in tests only.
 	faults nodeFaults
@@ -284,7 +287,7 @@ func (n *Node) maybeVote() error {
 		MaxTTL: n.cfg.MaxTTL, Quarantine: n.cfg.Quarantine, CatchUpBuckets: n.cfg.CatchUpBuckets,
 		RetryInterval: n.cfg.RetryInterval, HandoffGrace: n.cfg.HandoffGrace, Drift: n.cfg.Drift,
 		MaxRegisters: n.cfg.MaxRegisters, RegisterIdle: n.cfg.RegisterIdle,
-		Fresh: joined && inc == n.inc, Disk: n.cfg.Disk, Durable: n.cfg.Durable,
+		Fresh: joined && inc == n.inc, Disk: n.cfg.Disk, Durable: n.cfg.Durable, NewMesh: n.cfg.NewMesh,
 		faults: n.cfg.faults.acc,
 	})
 	if err != nil {

@@ -24,6 +24,11 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 	switch bug {
 	case "skip-quarantine":
 		f.acc.skipQuarantine = true
+	case "trust-own-empty-disk":
+		// Caught by a scripted run (TestScenarioWipedDiskVotesOnlyOnOthersWord)
+		// and by random runs of the disk-wipe family
+		// (TestCheckerCatchesTrustedEmptyDiskAtRandom).
+		f.acc.trustOwnEmptyDisk = true
 	case "short-quarantine":
 		f.acc.ownQuarantineOnly, f.acc.untimedCatchUp = true, true
 	case "deaf-to-long-leases":

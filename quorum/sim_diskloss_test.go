@@ -51,11 +51,10 @@ import (
 // new disk it restarts again three times in four, once the strand is over
 // and it votes (restartOnceLive).
 //
-// The family keeps within what lockmesh claims (README, "The one rule"): a
-// voter loses its disk only while, in every configuration it may find itself
-// in, the other voters that never voted cannot make a majority with it (a
-// new disk's probe counts itself as never having voted, and takes a majority
-// of "never voted" for a brand-new mesh), a majority of the other voters
+// The family keeps within what lockmesh claims: a voter loses its disk
+// only while, in every configuration it may find itself in, the other
+// voters that never voted cannot make a majority with it (see
+// othersVoted), a majority of the other voters
 // keep their disks, and a majority of the other voters of every
 // configuration a node is on (and of those before a pending change) stays
 // live. The regular driver of voter changes and the random partitions are
@@ -70,8 +69,6 @@ type diskLoss struct {
 	Quiet, Halves                             int
 	// lost are the voters whose disk went, until they vote again.
 	lost map[*simNode]bool
-	// cuts counts the cutOffs in force on each link.
-	cuts map[[2]int]int
 	// drivers are the nodes driving a storm's change, by life.
 	drivers map[*simNode]uint64
 	// quiet are the drivers of lostAdopter's changes, by life; deaf is
@@ -159,7 +156,7 @@ func (s *sim) joinStranded(v *simNode) {
 
 // scheduleDiskLoss schedules the family's storms until the heal.
 func (s *sim) scheduleDiskLoss(heal time.Duration) {
-	s.loss = &diskLoss{lost: make(map[*simNode]bool), drivers: make(map[*simNode]uint64), quiet: make(map[*simNode]uint64), cuts: make(map[[2]int]int)}
+	s.loss = &diskLoss{lost: make(map[*simNode]bool), drivers: make(map[*simNode]uint64), quiet: make(map[*simNode]uint64)}
 	if s.cfg.LostAdopters {
 		var next func()
 		next = func() {
@@ -523,13 +520,13 @@ func (s *sim) cutOff(n *simNode, from []*simNode, d time.Duration) {
 		}
 	}
 	for _, c := range cuts {
-		s.loss.cuts[c]++
+		s.cutOffs[c]++
 		s.cut[c] = true
 	}
 	s.after(d, func() {
 		for _, c := range cuts {
-			if s.loss.cuts[c]--; s.loss.cuts[c] == 0 {
-				delete(s.loss.cuts, c)
+			if s.cutOffs[c]--; s.cutOffs[c] == 0 {
+				delete(s.cutOffs, c)
 				delete(s.cut, c)
 			}
 		}
@@ -629,11 +626,12 @@ func (s *sim) keepsDisk(u *simNode) bool {
 // othersVoted reports whether so many of the other voters that v may ask
 // have voted (or have no disk, and never say they did not) that those
 // which never voted cannot make a majority with v, in any configuration v
-// may find itself in: only then may v lose its disk. A new disk's probe
-// counts v itself as never having voted, and takes a majority of "never
-// voted" for a brand-new mesh (the README's known limit); a voter without
-// a disk, or one that lost it, must not be one of two voters that forgot
-// at once either.
+// may find itself in: only then may v lose its disk. (The family was
+// built when a new disk counted itself as a voter that never voted; it
+// keeps the limit so that its runs stay as they were. The wipe family,
+// sim_wipe_test.go, wipes directories among voters that never voted.) A
+// voter without a disk, or one that lost it, must not be one of two
+// voters that forgot at once either.
 func (s *sim) othersVoted(v *simNode) bool {
 	for _, voters := range s.voterSets() {
 		if !slices.Contains(voters, v.id) {

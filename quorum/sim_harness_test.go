@@ -106,7 +106,16 @@ type simConfig struct {
 	LostAdopters bool
 	// WallBack sets the wall clocks of the nodes a full restart starts
 	// again an hour back: with disks, tokens must not care.
-	WallBack     bool
+	WallBack bool
+	// Wipes, with Disks, wipes voters' data directories under their names
+	// while voters that never voted are about (sim_wipe_test.go).
+	Wipes bool
+	// NewMesh, with Disks, starts the founding voters' first lives with
+	// the operator's word that the mesh is brand-new (NodeConfig.NewMesh):
+	// they vote on a majority that never voted, as before the voters
+	// needed every other's word; later lives start without it, as an
+	// operator's restarts do.
+	NewMesh      bool
 	HealAt       time.Duration // faults stop here; zero: Duration*3/5
 	LivenessSlop time.Duration
 
@@ -155,6 +164,7 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 		FullRestart:  seed%5 == 0,
 		Reconfig:     seed%2 == 0,
 		Disks:        seed%2 == 0 || seed%4 == 1,
+		NewMesh:      true,
 	}
 	cfg.WallBack = cfg.Disks && seed%3 == 0
 	// The states where bugs live, spread over the seeds: clock rates at
@@ -210,6 +220,12 @@ func defaultSimConfig(seed int64, voters int) simConfig {
 	if seed%14 == 10 && !cfg.DisklessVoter && !cfg.Aimed {
 		loseDisks(&cfg)
 		cfg.LostAdopters = seed%28 == 24 // half of them, by episodes
+	}
+	// Another seventh (seed%14 == 12, but the aimed ones and those with a
+	// voter without a disk) wipe voters' directories under their names
+	// (sim_wipe_test.go).
+	if seed%14 == 12 && !cfg.DisklessVoter && !cfg.Aimed {
+		wipeDisks(&cfg)
 	}
 	return cfg
 }
@@ -364,6 +380,7 @@ type simNode struct {
 
 	disk    *simDisk // nil without (simConfig.Disks); survives crashes
 	noDisk  bool     // runs without a disk, which it lost (simConfig.DiskLoss)
+	lives   int      // lives started
 	clients []*simClient
 	ops     map[OpID]*simClient
 	holder  map[string]*simClient // key → client holding this node's lease on it
@@ -437,7 +454,8 @@ type sim struct {
 	configs map[uint64]Membership
 
 	cut      map[[2]int]bool
-	wallBack int64 // µs the wall clocks of new lives are set back (simConfig.WallBack)
+	cutOffs  map[[2]int]int // cutOff's cuts in force on each link
+	wallBack int64          // µs the wall clocks of new lives are set back (simConfig.WallBack)
 	nextInc  uint64
 	nextRef  uint64 // numbers the requests delivered (Message.Ref)
 	healed   bool
@@ -455,6 +473,7 @@ type sim struct {
 	check *simChecker
 	stats simStats
 	loss  *diskLoss // simConfig.DiskLoss
+	wipe  *wipes    // simConfig.Wipes
 	trace []string
 	fail  []string
 	// onResult, when set (by a scripted test), sees every operation
@@ -492,6 +511,7 @@ func newSim(cfg simConfig) *sim {
 		orig:    cfg,
 		rand:    rand.New(rand.NewSource(cfg.Seed)),
 		cut:     make(map[[2]int]bool),
+		cutOffs: make(map[[2]int]int),
 		nextInc: 1,
 		memo:    leaseMemo{make(map[lease.Timing]time.Duration), make(map[holderTTLKey]time.Duration)},
 	}
@@ -577,6 +597,7 @@ func (s *sim) start(n *simNode) {
 	n.up = true
 	n.inc = s.nextInc
 	s.nextInc++
+	n.lives++
 	n.clock = &simClock{
 		s:        s,
 		rate:     s.clockRate(n),
@@ -603,7 +624,7 @@ func (s *sim) start(n *simNode) {
 	}
 	var err error
 	n.node, err = NewNode(NodeConfig{
-		Disk: disk, Durable: n.disk.load(),
+		Disk: disk, Durable: n.disk.load(), NewMesh: s.cfg.NewMesh && n.lives == 1 && s.boot.IsVoter(n.id),
 		ID: n.id, Incarnation: n.inc, Membership: s.boot, Clock: n.clock,
 		Rand: rand.New(rand.NewSource(s.rand.Int63())), RoundTimeout: s.cfg.RoundTimeout, Drift: s.cfg.Drift,
 		MaxIdleKeys: s.cfg.MaxIdleKeys,
@@ -1011,6 +1032,10 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 // Advance, and Step takes what it is given: every copy that goes out is a
 // copy of its own.
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
+	if s.deafTo(to, &msg) {
+		s.stats.Cut++
+		return
+	}
 	s.route(from, to, func(d time.Duration) {
 		s.seq++
 		e := s.events.push(s.now+d, s.seq)
@@ -1042,6 +1067,11 @@ func (s *sim) route(from, to *simNode, schedule func(delay time.Duration)) {
 	}
 	for i := 0; i < copies; i++ {
 		d := s.delay(from == to)
+		if s.wipe != nil {
+			if slow, ok := s.wipeDelay(from, to); ok {
+				d = slow
+			}
+		}
 		if s.cfg.Delay != nil {
 			if fixed, ok := s.cfg.Delay(s, from, to); ok {
 				d = fixed
@@ -1117,6 +1147,9 @@ func (s *sim) scheduleFaults() {
 	}
 	if s.cfg.Reconfig && s.cfg.DiskLoss {
 		s.scheduleDiskLoss(heal)
+	}
+	if s.cfg.Wipes {
+		s.scheduleWipes(heal)
 	}
 	// Gossip runs all along, faults or not.
 	if s.cfg.Reconfig {

@@ -1,0 +1,142 @@
+package quorum
+
+import (
+	"slices"
+	"time"
+)
+
+// Wiped directories (simConfig.Wipes): a voter's data directory is wiped
+// (a deleted volume, a re-imaged machine, an operator's rm -rf) and the
+// voter restarts under its name on an empty one, while voters that never
+// voted are about and those that did are slow to answer it or cut off from
+// it. An empty directory then looks like a brand-new voter's, and only the
+// other voters' word can tell the two apart (neverVotedMajorities).
+//
+// From the start, n−q of the voters (q a majority) hear no ballot request:
+// they answer catch-ups and never vote (deaf). A second or more into the
+// run, with leases held, a voter that voted is wiped: it crashes and
+// restarts under its name on an empty disk, and the deaf voters hear
+// requests from then on. Around the restart the voters that voted are
+// slow half the time (every message to or from them takes 20–60ms, for
+// 100–300ms), and otherwise cut off from the wiped voter for 100ms–1s.
+// Later wipes, about every two seconds, take any voter that voted, with
+// the same slowness or cuts around them; a voter that never voted, wiped,
+// loses nothing.
+//
+// The family keeps within what lockmesh claims: one directory lost at a
+// time (the wiped voter votes again before the next is wiped), and the
+// operator's word that the mesh is new (simConfig.NewMesh) only at the
+// founding voters' first start; half the runs start without it, every
+// voter then going live on the others' word.
+type wipes struct {
+	Wiped, Slowed, Cut int
+	// deaf are the voters that hear no ballot request (until the first
+	// wipe); lost the voter wiped last, until it votes again.
+	deaf map[*simNode]bool
+	lost *simNode
+	// slow delays every message to or from a node, by per, until until.
+	slow map[*simNode]slowNode
+}
+
+type slowNode struct {
+	per, until time.Duration
+}
+
+// wipeDisks turns the family on.
+func wipeDisks(c *simConfig) {
+	c.Disks, c.Wipes = true, true
+	c.NewMesh = c.Seed%28 < 14
+	// A fixed set of voters, all with disks, no state lost but the wiped
+	// directories': the family's restarts are its own.
+	c.Reconfig, c.DiskLoss, c.LostAdopters, c.DisklessVoter = false, false, false, false
+	c.MajorityCrash, c.FullRestart, c.Retime = false, false, false
+}
+
+// scheduleWipes makes the deaf voters and plans the wipes.
+func (s *sim) scheduleWipes(heal time.Duration) {
+	s.wipe = &wipes{deaf: make(map[*simNode]bool), slow: make(map[*simNode]slowNode)}
+	voters := s.votersUp()
+	s.rand.Shuffle(len(voters), func(i, j int) { voters[i], voters[j] = voters[j], voters[i] })
+	for _, v := range voters[:len(voters)-s.boot.Majority()] {
+		s.wipe.deaf[v] = true
+	}
+	first := time.Second + s.jitter(time.Second)
+	s.at(first, func() { s.wipeOne(true) })
+	for t := first + s.jitter(2*time.Second); t < heal-time.Second; t += s.jitter(2 * time.Second) {
+		s.at(t, func() { s.wipeOne(false) })
+	}
+	s.at(heal, func() { clear(s.wipe.deaf) })
+}
+
+// votersUp are the founding voters that run.
+func (s *sim) votersUp() []*simNode {
+	var vs []*simNode
+	for _, n := range s.nodes {
+		if n.up && s.boot.IsVoter(n.id) {
+			vs = append(vs, n)
+		}
+	}
+	return vs
+}
+
+// wipeOne wipes the directory of a voter that voted, unless the last one
+// wiped votes not yet; first ends the deafness as it does.
+func (s *sim) wipeOne(first bool) {
+	w := s.wipe
+	if s.healed || s.ended {
+		return
+	}
+	if w.lost != nil {
+		if !liveAcceptor(w.lost) {
+			return
+		}
+		w.lost = nil
+	}
+	var voted []*simNode
+	for _, v := range s.votersUp() {
+		if !w.deaf[v] && v.disk != nil && v.disk.saved != nil && v.disk.saved.Voted {
+			voted = append(voted, v)
+		}
+	}
+	if len(voted) == 0 {
+		return
+	}
+	v := voted[s.rand.Intn(len(voted))]
+	w.Wiped++
+	w.lost = v
+	s.tracef("%s's directory is wiped; it restarts under its name", v.id)
+	s.crash(v)
+	v.disk = &simDisk{}
+	if first {
+		clear(w.deaf)
+	}
+	others := slices.DeleteFunc(slices.Clone(voted), func(u *simNode) bool { return u == v })
+	if s.rand.Intn(2) == 0 {
+		w.Slowed++
+		per := 20*time.Millisecond + time.Duration(s.rand.Int63n(int64(40*time.Millisecond)))
+		until := s.now + 100*time.Millisecond + time.Duration(s.rand.Int63n(int64(200*time.Millisecond)))
+		for _, u := range others {
+			w.slow[u] = slowNode{per: per, until: until}
+		}
+	} else if len(others) > 0 {
+		w.Cut++
+		s.cutOff(v, others, 100*time.Millisecond+time.Duration(s.rand.Int63n(int64(900*time.Millisecond))))
+	}
+	s.start(v)
+}
+
+// wipeDelay is the delay of a message to or from a slow node, if any.
+func (s *sim) wipeDelay(from, to *simNode) (time.Duration, bool) {
+	for _, n := range [2]*simNode{from, to} {
+		if sl, ok := s.wipe.slow[n]; ok && s.now < sl.until {
+			return sl.per, true
+		}
+	}
+	return 0, false
+}
+
+// deafTo reports whether msg is a ballot request to a voter that hears
+// none.
+func (s *sim) deafTo(to *simNode, msg *Message) bool {
+	return s.wipe != nil && s.wipe.deaf[to] && msg.Kind == MsgRequest
+}
