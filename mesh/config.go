@@ -217,12 +217,32 @@ type Config struct {
 	// node) where a voter keeps the little it must not forget across
 	// restarts: whether it ever voted, its voter configuration, and marks
 	// above every fencing token and ballot it saw (see datadir.go). With
-	// it, a brand-new mesh votes as soon as a majority of its voters is
-	// up, a full restart comes back with a majority of the voters, tokens
+	// it, a brand-new mesh needs no quarantine (see NewMesh), a full
+	// restart comes back with a majority of the voters, tokens
 	// never depend on wall clocks, and voters can be added and removed
 	// (which needs a data directory on every voter). Without it, state
 	// lives in memory. Locks themselves stay in memory either way.
 	DataDir string
+
+	// NewMesh is the operator's word that this mesh is brand-new: no
+	// voter of it has ever voted. Set it only to found a mesh whose voters
+	// cannot all start together, and only for that first start; it needs
+	// DataDir.
+	//
+	// A voter on an empty data directory cannot tell a brand-new mesh
+	// from a wipe of its own directory (a deleted volume, a re-imaged
+	// machine): either way it finds nothing. So without NewMesh it votes
+	// at once only when so many other voters say they never voted that
+	// no majority can have voted without one of them (with 3 voters, both
+	// others; with 5, three of the other four); otherwise it waits out a
+	// quarantine and catches up, as a voter without a data directory
+	// does. With NewMesh it also votes at once when a majority, itself
+	// included, says it never voted. New refuses NewMesh once this node's
+	// data directory shows that it voted, and a voter that hears another
+	// say it voted ignores it (Status().Waiting.NewMeshRefused, and an
+	// ERROR log line). Left set after the first start, it would turn a
+	// wiped directory's emptiness back into evidence: remove it.
+	NewMesh bool
 
 	// WallClock, when set, is the wall clock the fencing tokens' floor
 	// reads instead of time.Now (the mesh's other timing uses the
@@ -322,6 +342,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Autopilot.validate(); err != nil {
 		return err
+	}
+	if c.NewMesh && c.DataDir == "" {
+		return fmt.Errorf("%w: NewMesh needs a DataDir: without one, every voter of a new mesh must answer before it votes", ErrInvalidConfig)
 	}
 	if c.Autopilot != nil && c.DataDir == "" {
 		return fmt.Errorf("%w: Autopilot changes voters, and voter changes need a DataDir on every voter", ErrInvalidConfig)

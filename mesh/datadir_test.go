@@ -22,22 +22,105 @@ func longTiming(cfg *Config) {
 	cfg.Timing = lease.Timing{TTL: time.Minute, Drift: 0.01, SafetyMargin: 10 * time.Millisecond, NoticeMargin: 2 * time.Second}
 }
 
-// A brand-new mesh of three voters with data directories, two of them
-// started: nobody ever voted, so both vote at once, without a quarantine
-// (a minute here), and grant.
+// A brand-new mesh of three voters with data directories, all started:
+// each hears both others say they never voted, so all vote at once,
+// without a quarantine (a minute here), and grant.
 func TestDataDirNewMeshVotesWithoutQuarantine(t *testing.T) {
-	c := newClusterNoWait(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
-	c.nodes[2].Shutdown()
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	l, err := c.nodes[0].Acquire(ctx, "k")
 	if err != nil {
-		t.Fatalf("two of three new voters with data directories: %v", err)
-	}
-	if st := c.nodes[1].Status(); st.VotingState != Live {
-		t.Fatalf("node1 is %v", st.VotingState)
+		t.Fatalf("three new voters with data directories: %v", err)
 	}
 	l.Release(ctx)
+	c.waitVoting()
+}
+
+// Two of three voters of a brand-new mesh cannot tell it from a voter
+// whose directory was wiped and a voter that is slow to say it voted: they
+// wait for the third, and say so. With the operator's word (NewMesh) they
+// vote at once, without a quarantine.
+func TestDataDirNewMeshWithAVoterMissingNeedsTheOperatorsWord(t *testing.T) {
+	t.Run("without", func(t *testing.T) {
+		c := newClusterNoWait(t, clusterOpts{voters: 3, missing: 1, dataDirs: true, tweak: longTiming})
+		waitFor(t, 20*time.Second, "node0 to say it waits for node2's word", func() bool {
+			st := c.nodes[0].Status()
+			return st.VotingState == CatchingUp && slices.Equal(st.Waiting.NeverVoted, []string{"node2"}) &&
+				strings.Contains(st.Waiting.String(), "node2 to say whether")
+		})
+	})
+	t.Run("with NewMesh", func(t *testing.T) {
+		c := newClusterNoWait(t, clusterOpts{voters: 3, missing: 1, dataDirs: true, tweak: func(cfg *Config) {
+			longTiming(cfg)
+			cfg.NewMesh = true
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		l, err := c.nodes[0].Acquire(ctx, "k")
+		if err != nil {
+			t.Fatalf("two of three new voters with NewMesh: %v", err)
+		}
+		l.Release(ctx)
+	})
+}
+
+// NewMesh is refused once the mesh has voted: at New, when this node's
+// own directory shows it voted; and by a voter on a new directory that
+// hears another say it voted, which then recovers as a voter that lost its
+// directory and says why.
+func TestDataDirNewMeshRefusedOnceTheMeshVoted(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release(ctx)
+	c.waitVoting()
+
+	cfg := c.nodes[1].cfg
+	cfg.NewMesh = true
+	c.nodes[1].Shutdown()
+	if m, err := New(&cfg); !errors.Is(err, ErrNotNewMesh) || !errors.Is(err, ErrDataDir) {
+		if m != nil {
+			m.Shutdown()
+		}
+		t.Fatalf("NewMesh on a directory that voted: %v, want ErrNotNewMesh", err)
+	}
+
+	m := c.restartNodeWith(1, false, func(cfg *Config) {
+		cfg.DataDir = t.TempDir() // wiped
+		cfg.NewMesh = true
+	})
+	waitFor(t, 20*time.Second, "node1 to refuse NewMesh", func() bool {
+		st := m.Status()
+		return st.Waiting.NewMeshRefused != "" && st.VotingState == Quarantined
+	})
+}
+
+// A voter restarted on a wiped directory under its name while the others
+// voted does not vote at once: its own empty directory proves nothing,
+// and the others say they voted. It waits out a quarantine (a minute here)
+// as a voter without a directory does.
+func TestDataDirWipedVoterQuarantines(t *testing.T) {
+	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.nodes[0].Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	c.waitVoting()
+	m := c.restartNodeWith(1, false, func(cfg *Config) { cfg.DataDir = t.TempDir() })
+	waitFor(t, 20*time.Second, "node1 to quarantine", func() bool {
+		return m.Status().VotingState == Quarantined
+	})
+	if st := m.Status(); st.Waiting.Quarantine < 30*time.Second {
+		t.Fatalf("node1 on a wiped directory waits %v, want about a minute", st.Waiting.Quarantine)
+	}
 }
 
 // Without data directories, the same two voters cannot know that the third

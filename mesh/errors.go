@@ -32,6 +32,9 @@ var (
 	// another Lease (see Acquire). The error is a *LockedError naming this
 	// node; errors.Is(err, ErrLocked) is true as well.
 	ErrAlreadyHeld = errors.New("mesh: lock already held by this node")
+	// ErrNotNewMesh: Config.NewMesh on a node whose data directory shows
+	// that it voted: the mesh is not new. Also wraps ErrDataDir.
+	ErrNotNewMesh = fmt.Errorf("%w: NewMesh refused", ErrDataDir)
 	// ErrNotReady: WaitReady gave up (its ctx ended) before the node was
 	// ready; the error says what the node was waiting for.
 	ErrNotReady = errors.New("mesh: not ready")

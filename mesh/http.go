@@ -102,6 +102,9 @@ func readyChecks(st Status) []check {
 		if len(w.CatchUp) > 0 {
 			vote.why += ", waiting for " + strings.Join(w.CatchUp, ", ")
 		}
+		if len(w.NeverVoted) > 0 {
+			vote.why = "new data directory: waiting for " + strings.Join(w.NeverVoted, ", ") + " to say whether they ever voted"
+		}
 		if len(w.Recovering) > 0 {
 			vote.why += ", recovering too: " + strings.Join(w.Recovering, ", ")
 		}

@@ -319,7 +319,7 @@ func (m *Mesh) setup(vs quorum.Membership) error {
 		ID: m.name, Incarnation: m.inc, Membership: vs, Clock: m.clock,
 		Rand: rand.New(rand.NewSource(m.rand.Int63())), RoundTimeout: rt, Drift: m.cfg.Timing.Drift,
 		MaxTTL: m.cfg.maxTTL(), Quarantine: m.quarantine(), CatchUpBuckets: 64,
-		RetryInterval: 2 * rt, HandoffGrace: 2 * rt,
+		RetryInterval: 2 * rt, HandoffGrace: 2 * rt, NewMesh: m.cfg.NewMesh,
 	}
 	if m.dd != nil {
 		if f := m.founders.Load(); f != nil {
@@ -570,6 +570,11 @@ func (m *Mesh) openDataDir() error {
 	if st != nil && st.State.Membership.ID == 0 {
 		dd.close()
 		return fmt.Errorf("%w %s: the saved state names no voter configuration", ErrDataDir, m.cfg.DataDir)
+	}
+	if st != nil && st.State.Voted && m.cfg.NewMesh {
+		dd.close()
+		return fmt.Errorf("%w: %s shows that this voter has voted, so the mesh is not new: nothing was changed (remove NewMesh, -new-mesh, LOCKMESH_NEW_MESH; it is for a mesh's first start only)",
+			ErrNotNewMesh, m.cfg.DataDir)
 	}
 	m.dd, m.saved = dd, st
 	if st != nil {

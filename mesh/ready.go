@@ -111,8 +111,8 @@ func (m *Mesh) votingState() VotingState {
 }
 
 // Waiting says what keeps a node from being ready (Status.Waiting). Every
-// field is zero on a ready node, except Mismatches, which are listed
-// whether or not they keep it from being ready.
+// field is zero on a ready node, except Mismatches and NewMeshRefused,
+// which are shown whether or not they keep it from being ready.
 type Waiting struct {
 	// Configuration: no voter configuration is known yet (BootstrapExpect
 	// still waiting for its voters, or a node without Voters that has
@@ -129,6 +129,16 @@ type Waiting struct {
 	// recovering too.
 	CatchUp    []string `json:",omitempty"`
 	Recovering []string `json:",omitempty"`
+	// NeverVoted: this voter, on a new data directory, waits for these
+	// voters to say whether they ever voted: it votes at once if enough
+	// of them never did (a brand-new mesh; see Config.NewMesh), and after
+	// a quarantine as soon as one says it did.
+	NeverVoted []string `json:",omitempty"`
+	// NewMeshRefused names the voter that said it voted while this one
+	// was started with Config.NewMesh: the mesh is not new, and this
+	// voter recovered as one whose data directory was lost. Remove
+	// NewMesh. It is shown whether or not the node is ready.
+	NewMeshRefused string `json:",omitempty"`
 	// NewerConfig: this voter, restarted without its data directory or
 	// on a new one, waits for the voters' configuration of this version,
 	// which some voters accepted and which may have been chosen, to be
@@ -196,6 +206,12 @@ func (w Waiting) String() string {
 			s += ", recovering too: " + strings.Join(w.Recovering, ", ")
 		}
 		r = append(r, s)
+	}
+	if len(w.NeverVoted) > 0 {
+		r = append(r, "new data directory: waiting for "+strings.Join(w.NeverVoted, ", ")+" to say whether they ever voted")
+	}
+	if w.NewMeshRefused != "" {
+		r = append(r, "NewMesh refused: "+w.NewMeshRefused+" has voted (remove NewMesh)")
 	}
 	if w.NewerConfig != 0 {
 		r = append(r, w.newerConfig())
@@ -450,10 +466,17 @@ func (m *Mesh) readiness(rec *quorum.Recovery) readinessNow {
 				// lease it heard of (a horizon, or a holder's word).
 				r.waiting.Quarantine = rec.LiveFrom - now
 			}
-			r.waiting.CatchUp = names(rec.Waiting)
+			if rec.NeverVoted {
+				r.waiting.NeverVoted = names(rec.Waiting)
+			} else {
+				r.waiting.CatchUp = names(rec.Waiting)
+			}
 			r.waiting.Recovering = names(rec.Recovering)
 			r.waiting.NewerConfig = rec.NewerConfig
 		}
+	}
+	if rec != nil {
+		r.waiting.NewMeshRefused = string(rec.NewMeshRefused)
 	}
 	why := func(v quorum.NodeID) string {
 		if v == m.name {

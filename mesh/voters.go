@@ -214,7 +214,16 @@ func (m *Mesh) votingChanged(st quorum.VotingState) {
 		m.log.Error("stopped voting: the data directory could not be written; fix it and restart this node",
 			"data_dir", m.cfg.DataDir, "error", m.node.DiskError())
 	case st.Acceptor == quorum.Quarantined:
+		if by := m.node.Recovery().NewMeshRefused; by != "" {
+			m.log.Error("NewMesh REFUSED: another voter says it has voted, so this mesh is not new; "+
+				"recovering as a voter whose data directory was lost (remove NewMesh, -new-mesh, LOCKMESH_NEW_MESH)",
+				"voter", by, "quarantine", m.quarantine())
+			return
+		}
 		m.log.Info("voting after a quarantine", "quarantine", m.quarantine())
+	case st.Acceptor == quorum.CatchingUp && m.node.Recovery().NeverVoted:
+		m.log.Info("new data directory: voting as soon as the other voters say they never voted (a brand-new mesh), "+
+			"or after a quarantine once one says it voted", "new_mesh", m.cfg.NewMesh)
 	case st.Acceptor == quorum.CatchingUp:
 		m.log.Info("quarantine over; catching up from the other voters")
 	case st.Acceptor == quorum.Live && st.FloorOnly:

@@ -21,6 +21,10 @@ the agent's user only unless -socket-mode says otherwise).
 Gossip listens on -bind; ballots on -rpc (default: the next port). Give
 every voter the same -voters list, or -bootstrap-expect N instead; nodes
 with neither learn the voters from the mesh and take locks all the same.
+A voter with -data-dir on an empty directory votes at once only when
+every other voter (of 3; three of the other four of 5) says it never
+voted: an empty directory is also what a wiped one looks like. To found a
+mesh with a voter missing, start it with -new-mesh, once.
 TLS (-tls-cert, -tls-key, -tls-ca: all three, or none) secures the ballot
 transport with mutual TLS: each node's certificate must carry its -name as
 a DNS SAN. Set the gossip key through LOCKMESH_GOSSIP_KEY rather than
@@ -61,6 +65,7 @@ func agentCommand() *command {
 	fs.StringVar(&f.gossipKey, "gossip-key", "", "gossip encryption key, base64 of 16, 24 or 32 bytes (prefer "+envName("gossip-key")+")")
 	fs.StringVar(&f.gossipLabel, "gossip-label", "", "label that keeps meshes on one network apart")
 	fs.StringVar(&f.dataDir, "data-dir", "", "directory where a voter keeps what it must not forget across restarts (one per node; needed for voter changes)")
+	fs.BoolVar(&f.newMesh, "new-mesh", false, "this mesh is brand-new: vote once a majority of the voters says it never voted, rather than every other voter (needs -data-dir; for the first start only: refused once this voter or another has voted)")
 	fs.StringVar(&f.http, "http", "", "address for /healthz, /readyz, /status, /metrics, e.g. 127.0.0.1:8080 (default: off)")
 	fs.StringVar(&f.socket, "socket", defaultSocket(), "the local API's unix socket")
 	fs.StringVar(&f.socketMode, "socket-mode", "0600", "permissions of the socket: 0600 lets only this user in, 0660 its group too")
@@ -68,7 +73,7 @@ func agentCommand() *command {
 	fs.BoolVar(&f.logJSON, "log-json", false, "logs as JSON lines")
 	c.env = []string{"name", "bind", "advertise", "rpc", "rpc-advertise", "seeds", "voters", "bootstrap-expect",
 		"profile", "ttl", "max-ttl", "tls-cert", "tls-key", "tls-ca", "gossip-key", "gossip-label", "data-dir",
-		"http", "socket", "socket-mode", "log-level", "log-json"}
+		"new-mesh", "http", "socket", "socket-mode", "log-level", "log-json"}
 	c.run = func(args []string) error {
 		if len(args) > 0 {
 			return c.usageError("unexpected arguments %q", args)

@@ -24,6 +24,7 @@ type agentFlags struct {
 	tlsCert, tlsKey, tlsCA                   string
 	gossipKey, gossipLabel                   string
 	dataDir                                  string
+	newMesh                                  bool
 	http, socket, socketMode                 string
 	logLevel                                 string
 	logJSON                                  bool
@@ -48,6 +49,7 @@ func meshConfig(f agentFlags, privateIP func() (net.IP, error)) (*mesh.Config, e
 	cfg.Voters = list(f.voters)
 	cfg.BootstrapExpect = f.bootstrapExpect
 	cfg.DataDir = f.dataDir
+	cfg.NewMesh = f.newMesh
 	if len(cfg.Voters) > 0 && f.bootstrapExpect > 0 {
 		return nil, errors.New("set -voters or -bootstrap-expect, not both")
 	}

@@ -227,6 +227,23 @@ func TestStatefulSet(t *testing.T) {
 	}
 }
 
+// The operator's word that the mesh is brand-new is for a first start
+// only: a manifest that carries it would let a pod whose volume was lost
+// take its own emptiness for proof that it never voted.
+func TestNoNewMeshInTheManifests(t *testing.T) {
+	c := container(t, load(t).statefulSets[0])
+	for _, e := range c.Env {
+		if e.Name == "LOCKMESH_NEW_MESH" {
+			t.Errorf("the StatefulSet sets LOCKMESH_NEW_MESH (%q): it is for a mesh's first start only", e.Value)
+		}
+	}
+	for _, a := range append(slices.Clone(c.Command), c.Args...) {
+		if strings.Contains(a, "new-mesh") {
+			t.Errorf("the agent's command line has %q: -new-mesh is for a mesh's first start only", a)
+		}
+	}
+}
+
 // The data directory the agent is given is the volume claim's mount.
 func TestDataDirOnPersistentVolume(t *testing.T) {
 	sts := load(t).statefulSets[0]
