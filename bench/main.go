@@ -39,7 +39,7 @@ var allCases = []string{
 	"scale", "scale-disk", "churn",
 	"lockmesh-1node", "lockmesh-8nodes", "lockmesh-fair",
 	"raft", "raft-tcp", "etcd", "etcd-nofsync", "redlock",
-	"renewal", "crash",
+	"renewal", "crash", "start",
 }
 
 // peerCases run in the bench/peers module.

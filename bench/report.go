@@ -24,6 +24,7 @@ type report struct {
 	Rows    []workload.Row     `json:"rows"`
 	Renewal *renewalResult     `json:"renewal,omitempty"`
 	Crash   *crashResult       `json:"crash,omitempty"`
+	Start   *startResult       `json:"start,omitempty"`
 	Panics  int                `json:"panics,omitempty"`
 	Ratios  map[string]float64 `json:"ratio_to_quorum_floor_p50,omitempty"`
 	Floor   *workload.Summary  `json:"quorum_floor_latency,omitempty"`
@@ -233,6 +234,9 @@ func (r *report) markdown() string {
 	}
 	if r.Renewal != nil {
 		r.Renewal.markdown(&b)
+	}
+	if r.Start != nil {
+		r.Start.markdown(&b)
 	}
 	if r.Crash != nil {
 		r.Crash.markdown(&b)

@@ -69,6 +69,10 @@ func run(ctx context.Context, o options, log io.Writer) *report {
 			rep.Renewal = guard(ctx, o.renewalTimeout(), rep, func(ctx context.Context) *renewalResult {
 				return renewal(ctx, o, nodeBin, log)
 			}, func(err error) *renewalResult { return &renewalResult{Error: err.Error()} })
+		case "start":
+			rep.Start = guard(ctx, 10*time.Minute, rep, func(ctx context.Context) *startResult {
+				return startToGrant(ctx, o, log)
+			}, func(err error) *startResult { return &startResult{Error: err.Error()} })
 		case "crash":
 			rep.Crash = guard(ctx, o.caseTimeout, rep, func(ctx context.Context) *crashResult {
 				return crashToGrant(ctx, o, log)
