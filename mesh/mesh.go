@@ -83,7 +83,10 @@ type Mesh struct {
 	peerTTLMu sync.Mutex
 	peerTTL   time.Duration
 	// (The leases this node holds are kept by the node, each with its
-	// Lease: Node.TagLease, LeaseTag, LeaseTags.)
+	// Lease: Node.TagLease, LeaseTag, LeaseTags.) orphans are those the
+	// node renewed after their Lease had ended as lost (leaseEvent), to be
+	// let go once the Ready is done with (releaseOrphans).
+	orphans []*Lease
 	// Requests received from the network wait for the node's answer in
 	// inbound, by the Ref they were given (nodeMu; engine.go, ask).
 	nextRef atomic.Uint64
