@@ -125,7 +125,6 @@ func New(cfg *Config) (*Mesh, error) {
 	m := &Mesh{
 		cfg:      c,
 		name:     quorum.NodeID(c.Name),
-		inc:      uint64(time.Now().UnixNano()),
 		log:      c.Logger,
 		clock:    newClock(),
 		lim:      c.limits(),
@@ -149,6 +148,12 @@ func New(cfg *Config) (*Mesh, error) {
 			return nil, err
 		}
 	}
+	inc, err := m.newIncarnation() // saved in the data directory before any use
+	if err != nil {
+		m.dd.close()
+		return nil, err
+	}
+	m.inc = inc
 	seed := c.Seed
 	if seed == 0 {
 		seed = time.Now().UnixNano()
