@@ -245,9 +245,10 @@ type Config struct {
 	NewMesh bool
 
 	// WallClock, when set, is the wall clock the fencing tokens' floor
-	// reads instead of time.Now (the mesh's other timing uses the
-	// monotonic clock only). Tests set it back to show that with a data
-	// directory tokens do not depend on it.
+	// and the node's incarnation read instead of time.Now (the mesh's
+	// other timing uses the monotonic clock only). Tests set it back to
+	// show that with a data directory tokens do not depend on it, and that
+	// a restart is recognised whichever way the clock moved.
 	WallClock func() time.Time
 
 	local bool // DefaultLocalConfig: smaller defaults

@@ -31,7 +31,8 @@ import (
 // JSON, readable by an operator, behind one header line that names the
 // format and carries a CRC-32 of the rest, so that a torn or edited file is
 // refused rather than believed. A LOCK file, held with flock while the mesh
-// runs, keeps two processes from sharing the directory.
+// runs, keeps two processes from sharing the directory. A third file,
+// lockmesh-incarnation, keeps the node's last incarnation (incarnation.go).
 
 const (
 	stateFile = "lockmesh-state"
@@ -219,10 +220,20 @@ func (d *dataDir) save(st *quorum.Durable) error {
 	if err != nil {
 		return fmt.Errorf("%w: encoding the state: %v", ErrDataDir, err)
 	}
-	tmp := filepath.Join(d.path, stateFile+".tmp")
+	if err := replaceFile(d.path, stateFile, b); err != nil {
+		return fmt.Errorf("%w: saving %s: %v", ErrDataDir, filepath.Join(d.path, stateFile), err)
+	}
+	return nil
+}
+
+// replaceFile replaces dir's file name with b durably: b is written to
+// name.tmp, synced, renamed over name, and the directory synced, so that a
+// crash at any moment leaves the old file or the new one.
+func replaceFile(dir, name string, b []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrDataDir, err)
+		return err
 	}
 	_, err = f.Write(b)
 	if err == nil {
@@ -232,15 +243,12 @@ func (d *dataDir) save(st *quorum.Durable) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(d.path, stateFile))
+		err = os.Rename(tmp, filepath.Join(dir, name))
 	}
 	if err == nil {
-		err = syncDir(d.path)
+		err = syncDir(dir)
 	}
-	if err != nil {
-		return fmt.Errorf("%w: saving %s: %v", ErrDataDir, filepath.Join(d.path, stateFile), err)
-	}
-	return nil
+	return err
 }
 
 func syncDir(path string) error {

@@ -179,6 +179,9 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 			m.send(&rd.Messages[i])
 		}
 		m.node.Advance(rd)
+		if len(m.orphans) > 0 {
+			m.releaseOrphans() // (its messages leave with the next Ready)
+		}
 	}
 	if at, ok := m.node.NextTick(); ok && at < m.armed {
 		m.kickTimer()

@@ -17,19 +17,26 @@ import (
 
 // Who is who. A vote counts for the name it is cast in, so a node must
 // know, for every name, which process it talks to: its binding, the ballot
-// address and the incarnation (a new one at every start) in the book. The
-// rules (SECURITY.md, "Identity"):
+// address and the incarnation (a new one at every start, incarnation.go)
+// in the book. Incarnations are compared for equality only: they come from
+// wall clocks, and one stepped back across a restart makes the new life's
+// lower. The rules (SECURITY.md, "Identity"):
 //
 //  1. Gossip proposes, the binding disposes. The first ballot address gossip
 //     shows for a name is bound. After that an alive message that changes
 //     it is vetted before memberlist may apply it (checkAlive, memberlist's
 //     AliveDelegate): the same incarnation at another address is refused
-//     at once (a process never moves); another incarnation is refused
-//     while a probe runs, and later accepted only if the bound process no
-//     longer answers as that name at the bound address and the new one
-//     does at the new address (vetRebind). So while a node answers, nobody
-//     can move it, and a restarted node is rebound once its old process is
-//     gone.
+//     at once (a process never moves); another incarnation, lower or
+//     higher, is refused while a probe runs, and later accepted only if
+//     the bound process no longer answers as that name at the bound
+//     address and the new one does, with its incarnation, at its address
+//     (vetRebind). So while a node answers, nobody can move it, stale
+//     gossip of an earlier life is refused (the bound process answers),
+//     and a restarted node is rebound once its old process is gone. About
+//     itself, a node lets memberlist refute an alive message from another
+//     incarnation at its own ballot address, which only its previous life
+//     can have used (checkAliveSelf): so a restarted node takes its name
+//     back in gossip whichever way the wall clock moved.
 //  2. With TLS, a ballot connection to a name is used only if the listener's
 //     certificate names it (the transport's dial check), and an answer is
 //     taken as the name's only if it comes over such a connection, is
@@ -39,11 +46,15 @@ import (
 //     of the bound incarnation of the sender (checkSender).
 //  3. Two live processes with one name (a copied configuration, a pod
 //     started elsewhere while the old one runs) are found by gossip (a
-//     conflict of addresses, or an alive message about this node from
-//     another incarnation) and confirmed by a probe; both log it loudly
-//     and show it in Status. The one started later does not vote while the
-//     earlier one answers (notVoting), and every other node refuses its
-//     ballots (rule 2), so one name never counts twice.
+//     conflict of addresses, or an alive message about a node from another
+//     incarnation) and confirmed by probes: both processes answer, each
+//     as its own incarnation. Both log it loudly and show it in Status.
+//     The one of the higher incarnation, the later one unless the wall
+//     clocks disagree, does not vote while the other answers (notVoting),
+//     and every other node refuses the ballots of the process it is not
+//     bound to (rule 2), so one name never counts twice. (When the clocks
+//     mislead, the process peers are bound to may be the one that stops
+//     voting: the name's vote is lost while both run, never safety.)
 //
 // A probe (identify) is a catch-up request for no bucket: every node
 // answers it, voter or not, with its name and incarnation, and the
@@ -168,7 +179,7 @@ func (m *Mesh) checkAlive(n *memberlist.Node) error {
 	if n.Name == m.cfg.Name {
 		return m.checkAliveSelf(n, meta)
 	}
-	rpc, inc, state, ok := m.book.binding(n.Name)
+	rpc, inc, _, ok := m.book.binding(n.Name)
 	switch {
 	case !ok || meta.RPC == "":
 		return nil // first sight
@@ -177,11 +188,11 @@ func (m *Mesh) checkAlive(n *memberlist.Node) error {
 	case meta.Inc == inc:
 		m.forged(n.Name, "a running process never changes its ballot address", gossipAddr(n), meta.RPC, rpc)
 		return fmt.Errorf("%w: %s's ballot address moved from %s to %s within one incarnation", errForgedGossip, n.Name, rpc, meta.RPC)
-	case meta.Inc < inc && state == "alive":
-		// Older than the live process: stale, or a forgery. memberlist
-		// drops stale ones by their incarnation; this drops both.
-		return fmt.Errorf("%w: incarnation %d of %s, older than the live %d", errRebind, meta.Inc, n.Name, inc)
 	}
+	// Another incarnation, lower or higher: vetted alike. A lower one is
+	// not taken for stale, since a restart after the wall clock stepped
+	// back has one; stale gossip of an earlier life is refused by the vet,
+	// the bound process answering.
 	key := vetKey{n.Name, meta.Inc, meta.RPC}
 	now := time.Now()
 	ids := &m.book.ids
@@ -193,7 +204,9 @@ func (m *Mesh) checkAlive(n *memberlist.Node) error {
 	v := ids.vets[key]
 	switch {
 	case v != nil && v.done && v.approved:
-		return nil
+		// Approved once, but the binding is another process now (this
+		// node's later life, say, or the rebind found it moved): vetted
+		// again, as its earlier approval says nothing of today.
 	case v != nil && (!v.done || now.Before(v.until)):
 		return fmt.Errorf("%w: %s at %s (incarnation %d)", errRebind, n.Name, meta.RPC, meta.Inc)
 	case ids.inflight >= maxProbes:
@@ -234,8 +247,10 @@ func (m *Mesh) vetRebind(key vetKey, oldRPC string, oldInc uint64, gossip string
 	if err == nil && inc == oldInc {
 		settle(false, ids.hold())
 		m.incr("gossip.refused.rebind", 1)
-		m.noteConflict(key.name, "gossip moved it to another process while the bound one still answers",
-			Process{RPC: oldRPC, Inc: oldInc}, Process{Gossip: gossip, RPC: key.rpc, Inc: key.inc})
+		if m.bothAnswer(key, oldRPC) {
+			m.noteConflict(key.name, "gossip moved it to another process while the bound one still answers",
+				Process{RPC: oldRPC, Inc: oldInc}, Process{Gossip: gossip, RPC: key.rpc, Inc: key.inc})
+		}
 		return
 	}
 	// A process just started may not answer yet (it refuses a caller its
@@ -276,15 +291,37 @@ func (m *Mesh) vetRebind(key vetKey, oldRPC string, oldInc uint64, gossip string
 	settle(true, 0)
 }
 
+// bothAnswer reports whether the process of key answers, as key's name
+// with key's incarnation, at key's address, while the bound process of
+// that name answers at boundRPC: then two processes use the name.
+// Otherwise the gossip was stale (an earlier life's, whose incarnation may
+// be higher than the bound one's after a wall clock stepped back) or
+// forged, and no conflict is raised.
+func (m *Mesh) bothAnswer(key vetKey, boundRPC string) bool {
+	if key.rpc == boundRPC {
+		return false // the bound process holds that address
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), m.probeTimeout())
+	defer cancel()
+	inc, err := m.identify(ctx, key.name, key.rpc)
+	return err == nil && inc == key.inc
+}
+
 // checkAliveSelf vets an alive message about this node. Its own, echoed,
-// passes. One of an earlier incarnation (this node's previous life, after
-// a restart) passes too: memberlist then refutes it, which is how a
+// passes. One of another incarnation at this node's own ballot address is
+// this node's previous life, whatever the two numbers (the wall clock may
+// have stepped back between them): no other process can listen there while
+// this one does. It passes, and memberlist refutes it, which is how a
 // restarted node takes its name back. One of the same incarnation at
-// another ballot address is forged; one of a later incarnation is a
-// process started after this one with its name, or forged: memberlist must
-// not refute it (a refutation above an incarnation forged at 2^32-1 wraps
-// to 0 and is ignored by everyone). Both kinds of other incarnation are
-// probed (checkNamesake).
+// another ballot address is forged. One of another incarnation at another
+// address is probed (checkNamesake): a process started with this node's
+// name, an earlier life there, or a forgery. Of those, one of an earlier
+// incarnation passes, to be refuted; one of a later incarnation is not:
+// memberlist must not refute it (a refutation above an incarnation forged
+// at 2^32-1 wraps to 0 and is ignored by everyone). (A previous life at
+// another address whose number is higher only because the clock stepped
+// back is therefore not refuted: peers still rebind this node, by the vet,
+// and memberlist shows this life once it finds that one dead.)
 func (m *Mesh) checkAliveSelf(n *memberlist.Node, meta nodeMeta) error {
 	switch {
 	case meta.Inc == m.inc && meta.RPC == m.tr.Addr():
@@ -292,6 +329,8 @@ func (m *Mesh) checkAliveSelf(n *memberlist.Node, meta nodeMeta) error {
 	case meta.Inc == m.inc:
 		m.forged(n.Name, "gossip moves this node's ballot address", gossipAddr(n), meta.RPC, m.tr.Addr())
 		return fmt.Errorf("%w: this node's ballot address moved to %s", errForgedGossip, meta.RPC)
+	case meta.RPC == m.tr.Addr():
+		return nil // this node's previous life: refuted
 	case meta.Inc > m.inc:
 		m.checkNamesake(Process{Gossip: gossipAddr(n), RPC: meta.RPC, Inc: meta.Inc}, "an alive message about this node from a later incarnation")
 		return fmt.Errorf("%w: this node is incarnation %d, not %d", errRebind, m.inc, meta.Inc)
@@ -320,8 +359,13 @@ func (m *Mesh) nameConflict(existing, other *memberlist.Node) {
 // checkNamesake probes a process that gossip says uses this node's name
 // (at most one probe per address per second). If it answers as this node
 // with its own incarnation, two processes share the name: both say so, and
-// the later one stops voting while the earlier one answers. Each makes
-// sure the other knows, by a gossip push/pull with it.
+// the one of the higher incarnation stops voting while the other answers.
+// That is the later one unless the wall clocks disagree: nothing cheaper
+// orders two processes on two machines without a clock (their ages would
+// need a field in the probe's answer), and a wrong order costs the name's
+// vote while both run (peers stay bound to one process and refuse the
+// other's ballots, rule 3), never safety. Each makes sure the other knows,
+// by a gossip push/pull with it.
 func (m *Mesh) checkNamesake(p Process, why string) {
 	if p.RPC == "" || p.RPC == m.tr.Addr() {
 		return
@@ -364,8 +408,8 @@ func (m *Mesh) checkNamesake(p Process, why string) {
 		if inc < m.inc {
 			until := time.Now().Add(ids.hold())
 			if ids.down.Swap(until.UnixNano()) < time.Now().UnixNano() {
-				m.log.Error("NOT VOTING: another process with this node's name, started before this one, is running; "+
-					"this one will not vote while it answers. Stop one of them", "other_rpc", p.RPC, "other_gossip", p.Gossip,
+				m.log.Error("NOT VOTING: another process with this node's name, of a lower incarnation (started before this one, "+
+					"unless the wall clocks disagree), is running; this one will not vote while it answers. Stop one of them", "other_rpc", p.RPC, "other_gossip", p.Gossip,
 					"other_incarnation", inc, "incarnation", m.inc)
 			}
 			m.incr("identity.not_voting", 1)

@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -86,8 +87,12 @@ func (l *Lease) Key() string { return l.key }
 func (l *Lease) Token() uint64 { return l.token }
 
 // Deadline is until when the holder may act: the lease is reported lost
-// (Done closes) before it passes unless a renewal moves it. After a release
-// it is the moment of the release.
+// (Done closes) before it passes unless a renewal moves it. Only a renewal
+// moves it later, and only one whose round began before it passed; once it
+// has passed, the lease has ended as lost, whether or not the loss notice
+// came (a process paused past it learns so from Err, Done, Context or
+// Release as it resumes). A release moves it to the moment of the release,
+// which is earlier: a release never makes it later.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -161,9 +166,12 @@ func (l *Lease) userValue(v string) []byte {
 }
 
 // Done is closed when the lease ends: lost, released, or the mesh closed.
+// A lease whose deadline has passed has ended: the channel Done returns
+// then is closed, whether or not the loss notice came.
 func (l *Lease) Done() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.checkDeadline()
 	sig := l.signals()
 	if sig.done == nil {
 		sig.done = make(chan struct{})
@@ -175,17 +183,23 @@ func (l *Lease) Done() <-chan struct{} {
 }
 
 // Err says why the lease ended (nil while it is held): an error wrapping
-// ErrLeaseLost, ErrReleased or ErrClosed.
+// ErrLeaseLost, ErrReleased or ErrClosed. It reads the clock: a lease
+// whose deadline has passed has ended as lost, whether or not the loss
+// notice came, so a holder that checks Err before each write is told at
+// once, even in the moment after a pause before the node's timers run.
 func (l *Lease) Err() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.checkDeadline()
 	return l.err
 }
 
-// Context is cancelled when the lease ends; its cause is Err.
+// Context is cancelled when the lease ends (as Done closes); its cause is
+// Err.
 func (l *Lease) Context() context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.checkDeadline()
 	sig := l.signals()
 	if sig.ctx == nil {
 		sig.ctx, sig.cancel = context.WithCancelCause(context.Background())
@@ -200,6 +214,42 @@ func (l *Lease) Context() context.Context {
 func (l *Lease) end(err error) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	return l.endLocked(err)
+}
+
+// checkDeadline ends the lease as lost if its deadline has passed (l.mu
+// held): one clock read while the lease runs, none after.
+func (l *Lease) checkDeadline() {
+	if l.err == nil && !l.released {
+		l.maybeExpire(l.m.clock.Now())
+	}
+}
+
+// maybeExpire ends the lease as lost if its deadline is not after now, and
+// reports whether it did (l.mu held).
+//
+// It may run outside nodeMu, unlike the other ways a lease ends, because
+// nothing can bring a passed deadline back: the node moves a deadline only
+// by a renewal or an update whose round began before the lease's notice
+// time (Proposer.startRound gives up a round past its operation's
+// deadline, which for these is the notice time), and leaseEvent applies
+// such a result only while the deadline it moves has not passed. The node
+// itself drops the lease at its notice time, which has passed too: its
+// loss event then finds the lease ended. Should a renewal's answer reach
+// the node first, leaseEvent finds the lease ended and has the node let
+// the grant go (releaseOrphans).
+func (l *Lease) maybeExpire(now time.Duration) bool {
+	if l.err != nil || l.released || now < l.deadline {
+		return false
+	}
+	l.endLocked(fmt.Errorf("lease on %q (token %d): its deadline passed: %w", l.key, l.token, ErrLeaseLost))
+	l.m.incr("leases.lost", 1)
+	l.m.log.Warn("lease lost", "key", l.key, "token", l.token, "reason", "its deadline passed before the loss notice (the process paused?)")
+	return true
+}
+
+// endLocked is end with l.mu held.
+func (l *Lease) endLocked(err error) bool {
 	if l.err != nil {
 		return false
 	}
@@ -216,18 +266,21 @@ func (l *Lease) end(err error) bool {
 }
 
 // Release ends the lease and frees the key for the next waiter. The lease
-// ends at once (Done closes, Deadline becomes now), then the key is freed
-// by a majority. Release never frees another holder's grant: it acts only on
-// this grant's token. Rounds that hear no majority (voters slow to answer,
-// under load, say) are tried again until ctx's deadline, or for 20 round
-// timeouts if that is later or ctx has none. It returns nil once the key is
-// free (or was already taken by someone else after this lease expired),
-// ErrNoQuorum if the voters could not be reached by then (the grant then
-// frees itself when it expires), or ctx's error (the node keeps trying in
-// the background until that same deadline).
+// ends at once (Done closes, Deadline becomes now, which is earlier), then
+// the key is freed by a majority. Release never frees another holder's
+// grant: it acts only on this grant's token. Rounds that hear no majority
+// (voters slow to answer, under load, say) are tried again until ctx's
+// deadline, or for 20 round timeouts if that is later or ctx has none. It
+// returns nil once the key is free (or was already taken by someone else
+// after this lease expired), ErrNoQuorum if the voters could not be
+// reached by then (the grant then frees itself when it expires), or ctx's
+// error (the node keeps trying in the background until that same
+// deadline).
 // Calling it again returns nil. Called on a lease that had already ended
 // otherwise, it says how: an error wrapping ErrLeaseLost (as Err does),
-// or ErrClosed.
+// or ErrClosed. A lease whose deadline has passed has ended as lost,
+// whether or not the loss notice came: Release then returns that error,
+// and Deadline stays as it was.
 func (l *Lease) Release(ctx context.Context) error {
 	m := l.m
 	l.mu.Lock()
@@ -235,12 +288,17 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return nil
 	}
+	l.checkDeadline()
 	if err := l.err; err != nil {
 		l.mu.Unlock()
 		return err
 	}
+	// The deadline has not passed (checkDeadline): the release shortens
+	// it, never lengthens it. A holder's interval ends at the Deadline its
+	// Lease reports, and one reported after the real deadline would
+	// overlap the next holder's.
 	l.released = true
-	l.deadline = m.clock.Now()
+	l.deadline = min(l.deadline, m.clock.Now())
 	l.mu.Unlock()
 	var deadline time.Duration // zero: the proposer's own bound
 	if d, ok := ctx.Deadline(); ok {
@@ -712,10 +770,14 @@ func (m *Mesh) result(res quorum.OpResult) {
 // in one Ready end together: they are counted and timed once per start,
 // not once per lease (a node may renew 30,000 leases a second).
 func (m *Mesh) leaseEvents(evs []quorum.LeaseEvent) {
+	if len(evs) == 0 {
+		return
+	}
+	now := m.clock.Now()
 	var start time.Duration
 	n := uint64(0)
 	for _, ev := range evs {
-		if !m.leaseEvent(ev) {
+		if !m.leaseEvent(ev, now) {
 			continue
 		}
 		if n > 0 && ev.Started != start {
@@ -737,9 +799,10 @@ func (m *Mesh) renewals(start time.Duration, n uint64) {
 }
 
 // leaseEvent applies a renewal or a loss to the lease, and reports whether
-// it was a renewal of a lease held here (nodeMu held). The event names its
-// Lease (Tag, set by result) unless it came before the grant was reported.
-func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) bool {
+// it was a renewal of a lease held here (nodeMu held; now is the clock as
+// the Ready's events are applied). The event names its Lease (Tag, set by
+// result) unless it came before the grant was reported.
+func (m *Mesh) leaseEvent(ev quorum.LeaseEvent, now time.Duration) bool {
 	l, _ := ev.Tag.(*Lease)
 	if l == nil {
 		l, _ = m.node.LeaseTag(ev.Key).(*Lease)
@@ -748,22 +811,49 @@ func (m *Mesh) leaseEvent(ev quorum.LeaseEvent) bool {
 		return false
 	}
 	if ev.Lost {
-		if !l.end(fmt.Errorf("lease on %q (token %d): %s: %w", ev.Key, ev.Epoch, ev.Reason, ErrLeaseLost)) {
-			return false // released (or closed) here meanwhile
+		if l.end(fmt.Errorf("lease on %q (token %d): %s: %w", ev.Key, ev.Epoch, ev.Reason, ErrLeaseLost)) {
+			m.incr("leases.lost", 1)
+			m.log.Warn("lease lost", "key", ev.Key, "token", ev.Epoch, "reason", ev.Reason.String())
 		}
-		m.incr("leases.lost", 1)
-		m.log.Warn("lease lost", "key", ev.Key, "token", ev.Epoch, "reason", ev.Reason.String())
+		// (Else it ended here meanwhile: released, closed, or past its
+		// deadline, which Err or Done saw before the node did.)
 		m.gaugeLeases()
 		return false
 	}
 	l.mu.Lock()
+	// A renewal whose answers came after the deadline had passed (the
+	// process paused between sending and hearing them, say) does not
+	// bring the lease back: the holder may already have been told that it
+	// ended, and was told nothing in between. Nor does one that lands
+	// while Release runs move the deadline past the release.
+	l.maybeExpire(now)
 	live := l.err == nil && !l.released
-	if live {
-		// (A renewal that lands while Release runs must not move the
-		// deadline past the release.)
+	if live && ev.Deadline > l.deadline {
 		l.deadline = ev.Deadline
 		l.moved()
 	}
+	orphan := !live && !l.released && errors.Is(l.err, ErrLeaseLost)
 	l.mu.Unlock()
+	if orphan {
+		// The node holds, and renews, a grant whose Lease has ended.
+		m.orphans = append(m.orphans, l)
+	}
 	return live
+}
+
+// releaseOrphans has the node let go of the grants it renewed after their
+// Lease had ended as lost (nodeMu held): nobody acts under them, and the
+// node would renew them for as long as it runs. Freeing the key is safe:
+// the holder stopped when its Lease ended.
+func (m *Mesh) releaseOrphans() {
+	for i, l := range m.orphans {
+		m.orphans[i] = nil
+		if m.node.LeaseTag(l.key) != any(l) {
+			continue // let go meanwhile
+		}
+		m.node.TagLease(l.key, l.token, nil)
+		m.node.Release(l.key, l.token, 0) // its result goes to no caller
+	}
+	m.orphans = m.orphans[:0]
+	m.gaugeLeases()
 }

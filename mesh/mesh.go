@@ -83,7 +83,10 @@ type Mesh struct {
 	peerTTLMu sync.Mutex
 	peerTTL   time.Duration
 	// (The leases this node holds are kept by the node, each with its
-	// Lease: Node.TagLease, LeaseTag, LeaseTags.)
+	// Lease: Node.TagLease, LeaseTag, LeaseTags.) orphans are those the
+	// node renewed after their Lease had ended as lost (leaseEvent), to be
+	// let go once the Ready is done with (releaseOrphans).
+	orphans []*Lease
 	// Requests received from the network wait for the node's answer in
 	// inbound, by the Ref they were given (nodeMu; engine.go, ask).
 	nextRef atomic.Uint64
@@ -122,7 +125,6 @@ func New(cfg *Config) (*Mesh, error) {
 	m := &Mesh{
 		cfg:      c,
 		name:     quorum.NodeID(c.Name),
-		inc:      uint64(time.Now().UnixNano()),
 		log:      c.Logger,
 		clock:    newClock(),
 		lim:      c.limits(),
@@ -146,6 +148,12 @@ func New(cfg *Config) (*Mesh, error) {
 			return nil, err
 		}
 	}
+	inc, err := m.newIncarnation() // saved in the data directory before any use
+	if err != nil {
+		m.dd.close()
+		return nil, err
+	}
+	m.inc = inc
 	seed := c.Seed
 	if seed == 0 {
 		seed = time.Now().UnixNano()

@@ -41,7 +41,7 @@ var metricList = []metricInfo{
 	{"renew", histogramKind, "Time from the start of a lease renewal to its success. (On a go-metrics sink, renewals that started together and succeeded together are one sample.)"},
 	{"leases.granted", counterKind, "Leases granted to this node."},
 	{"leases.renewed", counterKind, "Lease renewals that succeeded on this node."},
-	{"leases.lost", counterKind, "Leases this node lost before releasing them (renewal failed in time)."},
+	{"leases.lost", counterKind, "Leases this node lost before releasing them (renewal failed in time, or the deadline passed first, as after a pause)."},
 	{"leases.held", gaugeKind, "Leases this node holds."},
 	{"quorum.failures", counterKind, "Acquire, Release and Holder calls on this node that ended in ErrNoQuorum (too few voters answered)."},
 	{"send.queued", counterKind, "Ballot requests queued behind the calls in flight to a voter (they leave together)."},

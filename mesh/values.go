@@ -92,6 +92,7 @@ func (l *Lease) SetValue(ctx context.Context, value []byte) error {
 		return err
 	}
 	l.mu.Lock()
+	l.checkDeadline() // past it, the lease has ended
 	if err := l.err; err != nil || l.released {
 		l.mu.Unlock()
 		if err == nil {
