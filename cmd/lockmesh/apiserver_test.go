@@ -89,7 +89,7 @@ func apiFixture(t *testing.T, elect electionAPI, locks locksAPI) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &apiServer{node: "fake", elect: elect, locks: locks, conns: make(map[*apiConn]struct{})}
+	s := &apiServer{node: "fake", cfg: mesh.DefaultConfig(), elect: elect, locks: locks, conns: make(map[*apiConn]struct{})}
 	go s.serve(ln)
 	t.Cleanup(func() {
 		ln.Close()
