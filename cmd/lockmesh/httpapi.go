@@ -216,7 +216,7 @@ func newHTTPAPI(m *mesh.Mesh, cfg *mesh.Config, lim apiLimits, a *acl, log hclog
 // ServeHTTP of a route: the caller's permission, then the handler.
 func (rt route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := r.Context().Value(callKey{}).(*call)
-	c.w = w
+	c.w, c.r = w, r
 	if !rt.public {
 		if c.who == nil {
 			c.api.unauthorized(c)
