@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -82,14 +81,9 @@ func agentCommand() *command {
 		if len(args) > 0 {
 			return c.usageError("unexpected arguments %q", args)
 		}
-		var file agentFile
-		if f.config != "" {
-			set := map[string]bool{}
-			fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-			var err error
-			if file, err = loadAgentFile(f.config, fs, set); err != nil {
-				return c.usageError("-config: %v", err)
-			}
+		file, err := applyConfigFile(fs, f.config)
+		if err != nil {
+			return c.usageError("-config: %v", err)
 		}
 		return runAgent(c, f, file)
 	}

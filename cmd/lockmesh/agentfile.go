@@ -26,6 +26,18 @@ type agentFile struct {
 	SocketRequiresToken bool          `json:"socket_requires_token"`
 }
 
+// applyConfigFile loads the file at path ("": none) into the flags of fs
+// that the command line and the environment left unset (fs.Visit: both
+// set a flag through fs).
+func applyConfigFile(fs *flag.FlagSet, path string) (agentFile, error) {
+	if path == "" {
+		return agentFile{}, nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	return loadAgentFile(path, fs, set)
+}
+
 // maxConfigFile bounds the file.
 const maxConfigFile = 1 << 20
 

@@ -283,8 +283,15 @@ func (a *httpAPI) unauthorized(c *call) {
 }
 
 func (a *httpAPI) forbid(c *call, why string) {
-	a.acl.deniedFor(c.who.name, why, time.Now())
-	writeProblem(c.w, newProblem("forbidden", "%s", why))
+	c.fail(newProblem("forbidden", "%s", why))
+}
+
+// fail answers with p; a refusal is counted and logged (acl.deniedFor).
+func (c *call) fail(p *problem) {
+	if p.Code == "forbidden" {
+		c.api.acl.deniedFor(c.who.name, p.Detail, time.Now())
+	}
+	writeProblem(c.w, p)
 }
 
 // handleNotFound answers paths no route has (404), and methods a path does
@@ -367,7 +374,7 @@ func (c *call) beginWait() bool {
 	default:
 		p := newProblem("too_many", "%d requests are waiting on this agent, its limit (limits.max_waiters)", cap(c.api.waiters))
 		p.RetryAfterMS = 1000
-		writeProblem(c.w, p)
+		c.fail(p)
 		return false
 	}
 }

@@ -92,7 +92,7 @@ func (a *httpAPI) handleHolder(c *call) {
 	defer cancel()
 	h, err := a.m.Holder(ctx, c.r.PathValue("key"))
 	if err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, holderOf(h))
@@ -105,7 +105,7 @@ func (a *httpAPI) handleListLocks(c *call) {
 	defer cancel()
 	hs, err := a.m.Locks(ctx, c.r.URL.Query().Get("prefix"))
 	if err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	out := []holderJSON{}
@@ -136,20 +136,20 @@ func (a *httpAPI) handleCampaign(c *call) {
 func (a *httpAPI) acquire(c *call, kind, name string) {
 	var req acquireRequest
 	if p := c.decode(&req); p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	s, p := a.sess.get(req.Session, c.who)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	switch {
 	case kind == "semaphore" && (req.N < 1 || req.N > maxHolders):
-		writeProblem(c.w, newProblem("invalid_option", "n %d: a semaphore of 1 to %d holders", req.N, maxHolders))
+		c.fail(newProblem("invalid_option", "n %d: a semaphore of 1 to %d holders", req.N, maxHolders))
 		return
 	case kind != "semaphore" && req.N != 0:
-		writeProblem(c.w, newProblem("bad_request", "n is for semaphores (PUT /v1/semaphores/{name})"))
+		c.fail(newProblem("bad_request", "n is for semaphores (PUT /v1/semaphores/{name})"))
 		return
 	}
 	s.sweep()
@@ -158,7 +158,7 @@ func (a *httpAPI) acquire(c *call, kind, name string) {
 		return
 	}
 	if p := s.reserve(); p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	wait := a.waitOf(req.Wait)
@@ -172,12 +172,12 @@ func (a *httpAPI) acquire(c *call, kind, name string) {
 	l, err := a.take(c.r.Context(), s, kind, name, req, wait)
 	if err != nil {
 		s.unreserve()
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	h := &held{kind: kind, name: name, n: req.N, l: l}
 	if p := s.attach(h); p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	writeJSON(c.w, http.StatusCreated, grantOf(s, h, s.exp.remaining()))
@@ -234,23 +234,23 @@ func (a *httpAPI) handleProclaim(c *call) { a.setValue(c, "election", c.r.PathVa
 func (a *httpAPI) setValue(c *call, kind, name string) {
 	var req valueRequest
 	if p := c.decode(&req); p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	if req.Value == nil {
-		writeProblem(c.w, newProblem("bad_request", "value is required (\"\" clears it)"))
+		c.fail(newProblem("bad_request", "value is required (\"\" clears it)"))
 		return
 	}
 	s, h, p := a.heldBy(c, req.Session, kind, name)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), defaultTimeout)
 	defer cancel()
 	if err := h.l.SetValue(ctx, []byte(*req.Value)); err != nil {
 		s.sweep()
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, grantOf(s, h, s.exp.remaining()))
@@ -282,17 +282,17 @@ func (a *httpAPI) handleResign(c *call) { a.release(c, "election", c.r.PathValue
 func (a *httpAPI) release(c *call, kind, name string) {
 	s, h, p := a.heldBy(c, c.r.URL.Query().Get("session"), kind, name)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	if !s.detach(h) {
-		writeProblem(c.w, newProblem("not_held", "session %s released %s %q already", s.id, kind, name))
+		c.fail(newProblem("not_held", "session %s released %s %q already", s.id, kind, name))
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
 	if err := h.l.Release(ctx); err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, map[string]any{"released": true, "kind": kind, "key": h.l.Key(), "name": name, "token": h.l.Token()})
@@ -304,7 +304,7 @@ func (a *httpAPI) handleLeader(c *call) {
 	defer cancel()
 	h, err := a.m.Holder(ctx, name)
 	if err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, leaderOfHolder(name, h))
@@ -327,7 +327,7 @@ func (a *httpAPI) watch(c *call, key string, shape func(mesh.Holder) any) {
 	q := c.r.URL.Query()
 	wait, p := c.queryWait(time.Minute)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	streamed := q.Get("stream") == "true" || q.Get("stream") == "1"
@@ -347,9 +347,9 @@ func (a *httpAPI) watch(c *call, key string, shape func(mesh.Holder) any) {
 	h, ok, err := kw.next(ctx, index)
 	switch {
 	case err != nil:
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 	case !ok:
-		writeProblem(c.w, newProblem("timeout", "no state of %q within the wait (%v): the voters did not answer", key, wait))
+		c.fail(newProblem("timeout", "no state of %q within the wait (%v): the voters did not answer", key, wait))
 	default:
 		c.w.Header().Set("X-Lockmesh-Index", indexOf(h))
 		writeJSON(c.w, http.StatusOK, shape(h))

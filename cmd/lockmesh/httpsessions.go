@@ -59,11 +59,11 @@ type createSessionRequest struct {
 func (a *httpAPI) handleCreateSession(c *call) {
 	var req createSessionRequest
 	if p := c.decode(&req); p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	if a.closing.Load() {
-		writeProblem(c.w, newProblem("closed", "the agent is shutting down"))
+		c.fail(newProblem("closed", "the agent is shutting down"))
 		return
 	}
 	if req.Stream && !c.beginWait() {
@@ -74,7 +74,7 @@ func (a *httpAPI) handleCreateSession(c *call) {
 		if req.Stream {
 			c.endWait()
 		}
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	c.w.Header().Set("Location", "/v1/sessions/"+s.id)
@@ -126,7 +126,7 @@ func (a *httpAPI) streamSession(c *call, s *session) {
 func (a *httpAPI) handleGetSession(c *call) {
 	s, p := a.sess.get(c.r.PathValue("id"), c.who)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	writeJSON(c.w, http.StatusOK, sessionOf(s))
@@ -141,7 +141,7 @@ func (a *httpAPI) handleRefreshSession(c *call) {
 		p = s.refresh()
 	}
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	writeJSON(c.w, http.StatusOK, sessionOf(s))
@@ -150,7 +150,7 @@ func (a *httpAPI) handleRefreshSession(c *call) {
 func (a *httpAPI) handleDeleteSession(c *call) {
 	s, p := a.sess.get(c.r.PathValue("id"), c.who)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	s.end("deleted by its client", false)
@@ -173,7 +173,7 @@ func (a *httpAPI) handleOpenAPI(c *call) {
 
 func (a *httpAPI) handleHealth(c *call) {
 	if a.closing.Load() {
-		writeProblem(c.w, newProblem("closed", "the agent is shutting down"))
+		c.fail(newProblem("closed", "the agent is shutting down"))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, map[string]any{"ok": true, "node": a.m.Name()})
@@ -184,7 +184,7 @@ func (a *httpAPI) handleHealth(c *call) {
 func (a *httpAPI) handleReady(c *call) {
 	d, p := c.queryWait(0)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	if d > 0 {
@@ -198,7 +198,7 @@ func (a *httpAPI) handleReady(c *call) {
 	}
 	ready, why := readiness(a.m.Status())
 	if !ready {
-		writeProblem(c.w, newProblem("not_ready", "%s", why))
+		c.fail(newProblem("not_ready", "%s", why))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, map[string]any{"ready": true, "node": a.m.Name()})
@@ -213,7 +213,7 @@ func (a *httpAPI) handleStatus(c *call) {
 		err = json.Unmarshal(b, &st)
 	}
 	if err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	live, created, expired := a.sess.count()
@@ -274,7 +274,7 @@ type votersJSON struct {
 func (a *httpAPI) handleVoters(c *call) {
 	cfg, err := a.m.Voters()
 	if err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	writeJSON(c.w, http.StatusOK, votersOf(cfg))
@@ -290,13 +290,13 @@ func (a *httpAPI) handleRemoveVoter(c *call) { a.changeVoters(c, a.m.RemoveVoter
 func (a *httpAPI) changeVoters(c *call, change func(context.Context, string) error) {
 	d, p := c.queryWait(changeTimeout)
 	if p != nil {
-		writeProblem(c.w, p)
+		c.fail(p)
 		return
 	}
 	ctx, cancel := context.WithTimeout(c.r.Context(), d)
 	defer cancel()
 	if err := change(ctx, c.r.PathValue("node")); err != nil {
-		writeProblem(c.w, problemOf(err))
+		c.fail(problemOf(err))
 		return
 	}
 	a.handleVoters(c)
