@@ -105,6 +105,12 @@ func problemOf(err error) *problem {
 	var locked *mesh.LockedError
 	var cancelled *mesh.CancelledError
 	switch {
+	case errors.As(err, &locked) && locked.ThisNode:
+		// The mesh's words speak to a Go caller holding another Lease;
+		// here that Lease is another session's.
+		p = newProblem("locked", "%q is held by another session of this agent (node %s, token %d)", locked.Key, locked.Holder, locked.Token)
+		p.Holder, p.Token, p.Key = locked.Holder, locked.Token, locked.Key
+		return p
 	case errors.As(err, &locked):
 		p = newProblem("locked", "%v", err)
 		p.Holder, p.Token, p.Key = locked.Holder, locked.Token, locked.Key
