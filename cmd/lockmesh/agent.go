@@ -71,14 +71,26 @@ func agentCommand() *command {
 	fs.StringVar(&f.socketMode, "socket-mode", "0600", "permissions of the socket: 0600 lets only this user in, 0660 its group too")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level on stderr: trace, debug, info, warn, error, off")
 	fs.BoolVar(&f.logJSON, "log-json", false, "logs as JSON lines")
+	fs.StringVar(&f.config, "config", "", "JSON configuration file: settings (flag names, underscores for dashes), tokens, limits (see docs/agent.md)")
+	fs.StringVar(&f.apiSocket, "api-socket", "", `the HTTP API's unix socket (default: -socket's path with "-http" before ".sock"; "off": none)`)
+	fs.StringVar(&f.apiAddr, "api-addr", "", "TCP address of the HTTP API, e.g. 127.0.0.1:8500 (default: off)")
+	fs.BoolVar(&f.apiOpen, "api-open", false, "let -api-addr listen on a non-loopback address without any token configured (anyone who reaches it may do anything)")
+	fs.StringVar(&f.apiTLS, "api-tls", "auto", "TLS on -api-addr: auto (-api-tls-cert if given, else the mesh's -tls-cert, else none) or off")
+	fs.StringVar(&f.apiTLSCert, "api-tls-cert", "", "certificate (PEM) of -api-addr, instead of the mesh's")
+	fs.StringVar(&f.apiTLSKey, "api-tls-key", "", "its private key (PEM)")
 	c.env = []string{"name", "bind", "advertise", "rpc", "rpc-advertise", "seeds", "voters", "bootstrap-expect",
 		"profile", "ttl", "max-ttl", "tls-cert", "tls-key", "tls-ca", "gossip-key", "gossip-label", "data-dir",
-		"new-mesh", "http", "socket", "socket-mode", "log-level", "log-json"}
+		"new-mesh", "http", "socket", "socket-mode", "log-level", "log-json",
+		"config", "api-socket", "api-addr", "api-open", "api-tls", "api-tls-cert", "api-tls-key"}
 	c.run = func(args []string) error {
 		if len(args) > 0 {
 			return c.usageError("unexpected arguments %q", args)
 		}
-		return runAgent(c, f)
+		file, err := applyConfigFile(fs, f.config)
+		if err != nil {
+			return c.usageError("-config: %v", err)
+		}
+		return runAgent(c, f, file)
 	}
 	return c
 }
@@ -86,8 +98,12 @@ func agentCommand() *command {
 // leaveTimeout bounds a graceful leave.
 const leaveTimeout = 5 * time.Second
 
-func runAgent(c *command, f agentFlags) error {
+func runAgent(c *command, f agentFlags, file agentFile) error {
 	cfg, err := meshConfig(f, firstPrivateIP)
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	plan, err := planAPI(f, file, cfg.Logger)
 	if err != nil {
 		return c.usageError("%v", err)
 	}
@@ -114,8 +130,15 @@ func runAgent(c *command, f agentFlags) error {
 		defer hs.Close()
 		httpAddr = addr
 	}
+	api := newHTTPAPI(m, cfg, plan.limits, plan.acl, cfg.Logger)
+	apiSocket, apiAddr, err := plan.listen(api, os.FileMode(mode))
+	if err != nil {
+		m.Shutdown()
+		return fail(exitError, "agent: %v", err)
+	}
+	defer plan.close()
 	st := m.Status()
-	fmt.Printf("started name=%s gossip=%s rpc=%s socket=%s http=%s\n", st.Name, st.Addr, st.RPCAddr, f.socket, httpAddr)
+	fmt.Printf("started name=%s gossip=%s rpc=%s socket=%s http=%s api-socket=%s api=%s\n", st.Name, st.Addr, st.RPCAddr, f.socket, httpAddr, apiSocket, apiAddr)
 
 	srv := newAPIServer(m, cfg)
 	go srv.serve(ln)
@@ -125,6 +148,7 @@ func runAgent(c *command, f agentFlags) error {
 	<-ctx.Done()
 	stop() // a second signal kills the process
 	ln.Close()
+	api.close() // every session ends: its leases are released
 	lctx, cancel := context.WithTimeout(context.Background(), leaveTimeout)
 	defer cancel()
 	err = m.Leave(lctx) // releases every lease: their clients are told "lost"

@@ -28,6 +28,10 @@ type agentFlags struct {
 	http, socket, socketMode                 string
 	logLevel                                 string
 	logJSON                                  bool
+	config                                   string
+	apiSocket, apiAddr                       string
+	apiOpen                                  bool
+	apiTLS, apiTLSCert, apiTLSKey            string
 }
 
 // meshConfig turns the settings into a mesh configuration. privateIP picks

@@ -44,7 +44,13 @@ const (
 	opCampaign    = "campaign"     // name, value, ttl_ns, timeout_ns → leader (this node)
 	opResign      = "resign"       // → {} (the connection's candidacy)
 	opObserve     = "observe"      // name → {} then "leader" events
+	opHeartbeat   = "heartbeat"    // → {} (any request is one: see below)
 )
+
+// A connection that holds a lease or a candidacy must send a request at
+// least once per heartbeat window (the request's heartbeat_ns, or the
+// lease's TTL): otherwise the agent releases it and sends "lost". Any
+// request counts; "heartbeat" is one that does nothing else.
 
 // request is one line from a client.
 type request struct {
@@ -57,6 +63,9 @@ type request struct {
 	TTL     int64  `json:"ttl_ns,omitempty"`     // acquire, campaign: 0 is the agent's default
 	Timeout int64  `json:"timeout_ns,omitempty"` // 0: acquire and campaign wait for ever, others use the agent's default
 	N       int    `json:"n,omitempty"`          // acquire: holders at once; 0 and 1 mean a mutex
+	// Heartbeat: acquire, campaign: the window within which the client
+	// sends its next request, or loses the lease (0: the lease's TTL).
+	Heartbeat int64 `json:"heartbeat_ns,omitempty"`
 }
 
 // reply is one line from the agent: an answer (ID set) or an event.
@@ -72,7 +81,7 @@ type reply struct {
 	Key       string `json:"key,omitempty"`
 	Token     uint64 `json:"token,omitempty"`
 	Remaining int64  `json:"remaining_ns,omitempty"` // acquire, lease
-	TTL       int64  `json:"ttl_ns,omitempty"`       // acquire: the lease's TTL
+	TTL       int64  `json:"ttl_ns,omitempty"`       // acquire, campaign: the lease's TTL
 	Notice    int64  `json:"notice_ns,omitempty"`    // acquire: how long before its deadline a failing lease is reported lost
 	Message   string `json:"message,omitempty"`      // lost: why
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -96,6 +97,12 @@ type apiConn struct {
 	lease    *mesh.Lease // held by this connection
 	cand     leadership  // held by this connection
 	released bool        // the client released or resigned: its end is no loss
+	// beat ends the lease or candidacy when the client sends no request
+	// for a whole window (heartbeat_ns; default the lease's TTL): a client
+	// that hangs with its connection open keeps nothing (lock asks every
+	// TTL/10 how long its lease has left, elect sends "heartbeat").
+	beat   *expiry
+	silent string // why the agent ended the lease for a silent client
 }
 
 func newAPIConn(s *apiServer, nc net.Conn) *apiConn {
@@ -121,6 +128,7 @@ func (c *apiConn) serve() {
 				Error: &apiError{Code: codeVersion, Message: "this agent speaks API version 1 only"}})
 			continue
 		}
+		c.heartbeat()
 		select {
 		case c.slots <- struct{}{}:
 		default:
@@ -146,6 +154,7 @@ func (c *apiConn) end() {
 	c.mu.Lock()
 	l, cand, done := c.lease, c.cand, c.released
 	c.released = true
+	c.stopBeat()
 	c.mu.Unlock()
 	if done {
 		return
@@ -169,6 +178,67 @@ func (c *apiConn) send(r reply) {
 	if err := c.enc.Encode(r); err != nil {
 		c.nc.Close()
 	}
+}
+
+// heartbeat restarts the client's window.
+func (c *apiConn) heartbeat() {
+	c.mu.Lock()
+	b := c.beat
+	c.mu.Unlock()
+	if b != nil {
+		b.beat()
+	}
+}
+
+// startBeat starts the window of the lease or candidacy just granted
+// (c.mu held).
+func (c *apiConn) startBeat(req request, ttl time.Duration) {
+	window := ttl
+	if req.Heartbeat > 0 {
+		window = time.Duration(req.Heartbeat)
+	}
+	c.beat = newExpiry(window, func() { c.dropSilent(window) })
+}
+
+// stopBeat stops the window (c.mu held).
+func (c *apiConn) stopBeat() {
+	if c.beat != nil {
+		c.beat.stop()
+		c.beat = nil
+	}
+}
+
+// dropSilent ends the lease or candidacy of a client that sent nothing for
+// window: it is told "lost" (if it can still read), and the key goes to
+// the next waiter.
+func (c *apiConn) dropSilent(window time.Duration) {
+	c.mu.Lock()
+	l, cand := c.lease, c.cand
+	c.silent = fmt.Sprintf("the client sent no request for %v (its heartbeat): the agent released the lease", window)
+	c.beat = nil
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if l != nil {
+		l.Release(ctx)
+	}
+	if cand != nil {
+		cand.Resign(ctx)
+	}
+}
+
+// lostWhy is why the lease ended: the agent's own word for a silent
+// client, else err's.
+func (c *apiConn) lostWhy(err error) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.silent != "" {
+		return c.silent
+	}
+	if err == nil {
+		return "ended"
+	}
+	return err.Error()
 }
 
 func (c *apiConn) fail(id uint64, code, msg string) {
@@ -200,6 +270,8 @@ func (c *apiConn) handle(req request) {
 		c.resign(req)
 	case opObserve:
 		c.observe(req)
+	case opHeartbeat:
+		c.send(reply{ID: req.ID})
 	default:
 		c.fail(req.ID, codeUsage, "unknown operation "+req.Op)
 	}
@@ -268,13 +340,14 @@ func (c *apiConn) acquire(req request) {
 	}
 	c.mu.Lock()
 	c.lease, c.released = l, false
+	c.startBeat(req, ttl)
 	c.mu.Unlock()
 	// The margins scale with the TTL, as the mesh scales them.
 	notice := time.Duration(float64(c.s.cfg.Timing.NoticeMargin) * float64(ttl) / float64(c.s.cfg.Timing.TTL))
 	c.send(reply{ID: req.ID, Key: l.Key(), Token: l.Token(), Remaining: int64(time.Until(l.Deadline())),
 		TTL: int64(ttl), Notice: int64(notice)})
 	c.watch(l.Done(), func() reply {
-		return reply{Event: "lost", Key: l.Key(), Token: l.Token(), Message: l.Err().Error()}
+		return reply{Event: "lost", Key: l.Key(), Token: l.Token(), Message: c.lostWhy(l.Err())}
 	})
 }
 
@@ -302,7 +375,7 @@ func (c *apiConn) leaseNow(req request) {
 	case l == nil:
 		c.fail(req.ID, codeNotHeld, "this connection holds no lease")
 	case l.Err() != nil:
-		c.fail(req.ID, codeLost, l.Err().Error())
+		c.fail(req.ID, codeLost, c.lostWhy(l.Err()))
 	default:
 		c.send(reply{ID: req.ID, Key: l.Key(), Token: l.Token(), Remaining: int64(time.Until(l.Deadline()))})
 	}
@@ -312,6 +385,7 @@ func (c *apiConn) release(req request) {
 	c.mu.Lock()
 	l := c.lease
 	c.released = true
+	c.stopBeat()
 	c.mu.Unlock()
 	if l == nil {
 		c.fail(req.ID, codeNotHeld, "this connection holds no lease")
@@ -403,13 +477,18 @@ func (c *apiConn) campaign(req request) {
 		c.sendErr(req.ID, err)
 		return
 	}
+	ttl := c.s.cfg.Timing.TTL
+	if req.TTL > 0 {
+		ttl = time.Duration(req.TTL)
+	}
 	c.mu.Lock()
 	c.cand, c.released = lead, false
+	c.startBeat(req, ttl)
 	c.mu.Unlock()
 	info := lead.Leader()
-	c.send(reply{ID: req.ID, Leader: &info})
+	c.send(reply{ID: req.ID, Leader: &info, TTL: int64(ttl)})
 	c.watch(lead.Done(), func() reply {
-		return reply{Event: "lost", Message: lead.Err().Error(), Leader: &info}
+		return reply{Event: "lost", Message: c.lostWhy(lead.Err()), Leader: &info}
 	})
 }
 
@@ -417,6 +496,7 @@ func (c *apiConn) resign(req request) {
 	c.mu.Lock()
 	lead := c.cand
 	c.released = true
+	c.stopBeat()
 	c.mu.Unlock()
 	if lead == nil {
 		c.fail(req.ID, codeNotHeld, "this connection leads no election")

@@ -8,6 +8,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func apiFixture(t *testing.T, elect electionAPI, locks locksAPI) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &apiServer{node: "fake", elect: elect, locks: locks, conns: make(map[*apiConn]struct{})}
+	s := &apiServer{node: "fake", cfg: mesh.DefaultConfig(), elect: elect, locks: locks, conns: make(map[*apiConn]struct{})}
 	go s.serve(ln)
 	t.Cleanup(func() {
 		ln.Close()
@@ -247,5 +248,47 @@ func TestAPIRefusals(t *testing.T) {
 	}
 	if sc.Scan() {
 		t.Errorf("the connection stayed open after an unreadable line: %q", sc.Text())
+	}
+}
+
+// TestAPIHungClientLosesLease: a client of the socket protocol takes a
+// lock with a heartbeat window of 1 s, then stops sending (its connection
+// left open). The agent releases the lease and tells it "lost"; a waiter
+// gets the key no later than the window plus a round trip after the hung
+// client's last request was sent.
+func TestAPIHungClientLosesLease(t *testing.T) {
+	m, cfg := startMesh(t)
+	path := filepath.Join(t.TempDir(), "api.sock")
+	ln, err := listenSocket(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newAPIServer(m, cfg)
+	go s.serve(ln)
+	t.Cleanup(func() {
+		ln.Close()
+		s.close()
+	})
+	hung, waiter := dialT(t, path), dialT(t, path)
+	ctx := context.Background()
+	const window = time.Second
+	if _, err := hung.call(ctx, request{Op: opAcquire, Key: "ndjson-hung", Heartbeat: int64(window)}); err != nil {
+		t.Fatal(err)
+	}
+	lastSent := time.Now()
+	if _, err := hung.call(ctx, request{Op: opLease}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := waiter.call(ctx, request{Op: opAcquire, Key: "ndjson-hung", Timeout: int64(20 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(lastSent)
+	t.Logf("granted %v after the hung client's last request (heartbeat window %v)", took.Round(time.Millisecond), window)
+	if took < window || took > window+750*time.Millisecond {
+		t.Errorf("granted %v after the last request, want between %v and %v", took, window, window+750*time.Millisecond)
+	}
+	ev := recv(t, hung.events)
+	if ev.Event != "lost" || !strings.Contains(ev.Message, "no request for 1s") {
+		t.Errorf("the hung client was told %+v", ev)
 	}
 }

@@ -109,7 +109,32 @@ func campaign(ctx context.Context, cl *client, req request, p leaderPrinter) err
 	if r.Leader != nil {
 		p.print(*r.Leader)
 	}
+	// The agent drops a candidacy whose client stays silent for a TTL.
+	beat := pingEvery(time.Duration(r.TTL))
+	if r.TTL == 0 {
+		beat = time.Second // an agent of an earlier release: it needs none
+	}
+	go heartbeat(ctx, cl, beat)
 	return lead(ctx, cl, req.Name)
+}
+
+// heartbeat sends a request every interval until ctx or the connection
+// ends.
+func heartbeat(ctx context.Context, cl *client, every time.Duration) {
+	tk := time.NewTicker(every)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-cl.done:
+			return
+		case <-tk.C:
+			hctx, cancel := context.WithTimeout(ctx, every)
+			cl.call(hctx, request{Op: opHeartbeat}) // an old agent's "unknown operation" is fine
+			cancel()
+		}
+	}
 }
 
 // lead holds the connection's leadership of election name until ctx ends

@@ -25,12 +25,18 @@ const (
 
 // runHelper runs the helper named h and returns its exit status.
 //
+// "longpolls" opens many long-polls at once (attack_http_test.go).
+//
 // "fence" is a writer to a fenced resource: it prints "ready pid=P
 // token=T", then for every line on stdin writes to the fence at
 // $LOCKMESH_TEST_FENCE with its $LOCKMESH_TOKEN and prints "admitted T" or
 // "refused T"; it exits 0 at the end of stdin.
 func runHelper(h string) int {
-	if h != "fence" {
+	switch h {
+	case "longpolls":
+		return runLongPolls()
+	case "fence":
+	default:
 		fmt.Fprintf(os.Stderr, "unknown helper %q\n", h)
 		return 2
 	}
