@@ -73,6 +73,8 @@
 // transaction that writes. Package sqlfence does this through database/sql
 // for PostgreSQL, MySQL and SQLite, and Fence's documentation gives the
 // one-statement recipe for a table that keeps the token in its own rows.
+// Package httpfence carries the token to a service over HTTP, in headers,
+// and runs the service's write handlers under either kind of fence.
 //
 // Object stores and files can follow the same pattern with a conditional write
 // (compare-and-swap on a version or ETag) that carries the token.
