@@ -80,6 +80,20 @@
 // mode (_pragma=journal_mode(WAL)) so readers do not wait for writers. With
 // AdmitTx, call it before any read of the transaction for the same reason.
 //
+// # A holder frozen inside Do
+//
+// A pause that comes after the upsert and before the commit freezes a
+// transaction that holds the key's fence row: fencing still holds (nothing
+// of it commits if a newer holder wrote first, and a newer holder waits
+// rather than write under it), but the key's newer holders wait for as long
+// as the pause lasts. Bound that wait on the server: PostgreSQL's
+// idle_in_transaction_session_timeout ends the frozen session and rolls its
+// transaction back (the woken holder then finds its connection closed), and
+// lock_timeout bounds each waiter; MariaDB has idle_transaction_timeout,
+// MySQL only innodb_lock_wait_timeout for the waiters. SQLite's write lock
+// belongs to the frozen process, and every writer of the file waits for it
+// (SQLITE_BUSY after the busy timeout) until it resumes or dies.
+//
 // # The fence table
 //
 // One row per key: lock_key (the key, compared byte for byte) and token (a
