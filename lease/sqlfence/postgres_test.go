@@ -114,3 +114,38 @@ func TestPostgresRepeatableReadFailsToSerialize(t *testing.T) {
 		t.Fatal("a serialization failure reported as a stale token")
 	}
 }
+
+// TestPostgresIdleTimeoutEndsAFrozenHolder: a holder stalls inside Do,
+// holding the fence row, while a newer holder waits for the row. With
+// idle_in_transaction_session_timeout set, PostgreSQL ends the stalled
+// session: the newer holder writes, and the stalled one's Do fails with
+// nothing of it committed.
+func TestPostgresIdleTimeoutEndsAFrozenHolder(t *testing.T) {
+	e := newEnv(t, backends[1])
+	conn, err := e.db.Conn(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(e.ctx, "SET idle_in_transaction_session_timeout = '200ms'"); err != nil {
+		t.Fatal(err)
+	}
+	newer := make(chan error, 1)
+	err = e.fence.Do(e.ctx, conn, "k", 5, func(tx *sql.Tx) error {
+		if err := e.writeTx(tx, "k", 5, 5); err != nil {
+			return err
+		}
+		go func() { newer <- e.setValue("k", 6, 6) }() // waits for our row lock
+		if err := <-newer; err != nil {                // the "pause": until the newer holder is through
+			t.Errorf("the newer holder: %v", err)
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatal("the stalled holder's Do succeeded after its session was ended")
+	}
+	if got := e.loggedTokens(t, "k"); len(got) != 1 || got[0] != 6 {
+		t.Fatalf("committed writes %v, want only the newer holder's [6]", got)
+	}
+	t.Logf("the stalled holder's Do: %v", err)
+}
