@@ -41,11 +41,9 @@ type queries struct {
 	create string
 	// admit writes the token into the key's row if the row's token is not
 	// higher, creating the row if need be, and leaves the row locked for
-	// the rest of the transaction. Its arguments are the key and the token,
-	// then the token again where upsertArgs is 3.
+	// the rest of the transaction. Its arguments are the key and the token
+	// (and the token again, where it does not return).
 	admit string
-	// upsertArgs is the number of arguments admit takes (2 or 3).
-	upsertArgs int
 	// returns says that admit returns the token it wrote, and no row when
 	// the row holds a higher token. Otherwise admit returns nothing and
 	// locked reads the row's token back.
@@ -83,9 +81,8 @@ func queriesFor(d Dialect, table string) queries {
 			admit: "INSERT INTO " + table + " AS f (lock_key, token) VALUES ($1, $2)" +
 				" ON CONFLICT (lock_key) DO UPDATE SET token = excluded.token" +
 				" WHERE f.token <= excluded.token RETURNING f.token",
-			upsertArgs: 2,
-			returns:    true,
-			highest:    "SELECT token FROM " + table + " WHERE lock_key = $1",
+			returns: true,
+			highest: "SELECT token FROM " + table + " WHERE lock_key = $1",
 		}
 	case MySQL:
 		return queries{
@@ -97,9 +94,8 @@ func queriesFor(d Dialect, table string) queries {
 				"\tCHECK (token > 0)\n) ENGINE=InnoDB",
 			admit: "INSERT INTO " + table + " (lock_key, token) VALUES (?, ?)" +
 				" ON DUPLICATE KEY UPDATE token = GREATEST(token, ?)",
-			upsertArgs: 3,
-			locked:     "SELECT token FROM " + table + " WHERE lock_key = ? FOR UPDATE",
-			highest:    "SELECT token FROM " + table + " WHERE lock_key = ?",
+			locked:  "SELECT token FROM " + table + " WHERE lock_key = ? FOR UPDATE",
+			highest: "SELECT token FROM " + table + " WHERE lock_key = ?",
 		}
 	case SQLite:
 		return queries{
@@ -110,9 +106,8 @@ func queriesFor(d Dialect, table string) queries {
 			admit: "INSERT INTO " + table + " AS f (lock_key, token) VALUES (?, ?)" +
 				" ON CONFLICT (lock_key) DO UPDATE SET token = excluded.token" +
 				" WHERE f.token <= excluded.token RETURNING token",
-			upsertArgs: 2,
-			returns:    true,
-			highest:    "SELECT token FROM " + table + " WHERE lock_key = ?",
+			returns: true,
+			highest: "SELECT token FROM " + table + " WHERE lock_key = ?",
 		}
 	}
 	return queries{}

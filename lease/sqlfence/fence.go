@@ -181,33 +181,52 @@ func (f *Fence) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uint6
 // admit runs the dialect's admission statements in tx for arguments that
 // have been checked; tok is token as the column holds it.
 func (f *Fence) admit(ctx context.Context, tx *sql.Tx, key string, token uint64, tok int64) error {
-	args := []any{key, tok, tok}[:f.q.upsertArgs]
-	var highest int64
+	upsert := f.upsertThenRead
 	if f.q.returns {
-		err := tx.QueryRowContext(ctx, f.q.admit, args...).Scan(&highest)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlfence: admitting token %d for %q: %w", token, key, err)
-		}
-		// No row: the fence holds a higher token. This transaction holds
-		// the row's lock, so the read sees the newest token.
-		if err := tx.QueryRowContext(ctx, f.q.highest, key).Scan(&highest); err != nil {
-			return fmt.Errorf("sqlfence: reading the fence of %q after refusing token %d: %w", key, token, err)
-		}
-	} else {
-		if _, err := tx.ExecContext(ctx, f.q.admit, args...); err != nil {
-			return fmt.Errorf("sqlfence: admitting token %d for %q: %w", token, key, err)
-		}
-		if err := tx.QueryRowContext(ctx, f.q.locked, key).Scan(&highest); err != nil {
-			return fmt.Errorf("sqlfence: reading the fence of %q after admitting token %d: %w", key, token, err)
-		}
-		if highest <= tok {
-			return nil
-		}
+		upsert = f.upsertReturning
+	}
+	highest, err := upsert(ctx, tx, key, token, tok)
+	if err != nil || highest <= tok {
+		return err
 	}
 	return &lease.StaleTokenError{Key: key, Token: token, Highest: uint64(highest)}
+}
+
+// upsertReturning admits in one round trip where the upsert returns the
+// token it wrote (PostgreSQL, SQLite), and returns the key's token.
+func (f *Fence) upsertReturning(ctx context.Context, tx *sql.Tx, key string, token uint64, tok int64) (int64, error) {
+	var highest int64
+	err := tx.QueryRowContext(ctx, f.q.admit, key, tok).Scan(&highest)
+	if err == nil || !errors.Is(err, sql.ErrNoRows) {
+		return highest, wrapAdmit(err, key, token)
+	}
+	// No row: the fence holds a higher token. The upsert locked the row
+	// all the same, so this read sees the newest token.
+	if err := tx.QueryRowContext(ctx, f.q.highest, key).Scan(&highest); err != nil {
+		return 0, fmt.Errorf("sqlfence: reading the fence of %q after refusing token %d: %w", key, token, err)
+	}
+	return highest, nil
+}
+
+// upsertThenRead admits where the upsert returns nothing (MySQL): it keeps
+// the greater token, and a locking read says which one that was.
+func (f *Fence) upsertThenRead(ctx context.Context, tx *sql.Tx, key string, token uint64, tok int64) (int64, error) {
+	if _, err := tx.ExecContext(ctx, f.q.admit, key, tok, tok); err != nil {
+		return 0, wrapAdmit(err, key, token)
+	}
+	var highest int64
+	if err := tx.QueryRowContext(ctx, f.q.locked, key).Scan(&highest); err != nil {
+		return 0, fmt.Errorf("sqlfence: reading the fence of %q after admitting token %d: %w", key, token, err)
+	}
+	return highest, nil
+}
+
+// wrapAdmit wraps an error of the admission statement; nil stays nil.
+func wrapAdmit(err error, key string, token uint64) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("sqlfence: admitting token %d for %q: %w", token, key, err)
 }
 
 // Highest returns the highest token admitted for key, and false if none has
