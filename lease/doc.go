@@ -66,37 +66,15 @@
 // checks and records without running anything; use it only where writes for a
 // key are already serialised in the order of their checks.
 //
-// # The same rule in a database
+// # Beyond one process
 //
 // A Fence in one process cannot protect a database that other processes also
-// write. Store the token in the row and let the database check it in the same
-// statement that writes, so that check and write are atomic:
-//
-//	ALTER TABLE invoices ADD COLUMN fence BIGINT NOT NULL DEFAULT 0;
-//
-//	res, err := db.ExecContext(ctx,
-//		`UPDATE invoices SET total = $1, fence = $2 WHERE id = $3 AND fence <= $2`,
-//		total, int64(l.Token()), id)
-//	if err != nil {
-//		return err
-//	}
-//	if n, err := res.RowsAffected(); err != nil {
-//		return err
-//	} else if n == 0 {
-//		return lease.ErrStaleToken // or no such row: SELECT to tell them apart
-//	}
-//
-// For rows that may not exist yet, PostgreSQL's
-// INSERT ... ON CONFLICT (id) DO UPDATE SET ..., fence = EXCLUDED.fence
-// WHERE invoices.fence <= EXCLUDED.fence applies the same rule. Do not read the
-// fence in one statement and write in another unless the read locks the row
-// (SELECT ... FOR UPDATE) in the same transaction. MySQL reports rows
-// changed, not rows matched, unless the client sets CLIENT_FOUND_ROWS
-// (clientFoundRows=true with go-sql-driver/mysql); without it, a repeated write
-// of identical values under the same token looks stale. A signed 64-bit
-// column holds any token lockmesh issues: tokens grow from a wall-clock floor
-// (a count of microseconds since 1970 is about 2⁵¹), far below 2⁶³, so
-// int64(token) loses nothing.
+// write: the database must keep the highest token itself and check it in the
+// transaction that writes. Package sqlfence does this through database/sql
+// for PostgreSQL, MySQL and SQLite, and Fence's documentation gives the
+// one-statement recipe for a table that keeps the token in its own rows.
+// Package httpfence carries the token to a service over HTTP, in headers,
+// and runs the service's write handlers under either kind of fence.
 //
 // Object stores and files can follow the same pattern with a conditional write
 // (compare-and-swap on a version or ETag) that carries the token.

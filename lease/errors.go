@@ -36,15 +36,26 @@ var (
 // lower than the highest token already admitted for the key. It usually means
 // the caller's lease ended (perhaps while the process was paused) and another
 // holder has since written: the caller must stop acting on the resource.
+//
+// Fences kept outside this process return it too (packages sqlfence and
+// httpfence), so that errors.As finds the same type whatever the resource.
 type StaleTokenError struct {
-	Key     string // the key whose fence refused the token
-	Token   uint64 // the token that was refused
-	Highest uint64 // the highest token admitted for Key when the check ran
+	Key   string // the key whose fence refused the token
+	Token uint64 // the token that was refused
+	// Highest is the highest token admitted for Key when the check ran, or
+	// 0 when the fence could not tell: a single conditional UPDATE that
+	// matched no row says only that the row's token was higher.
+	Highest uint64
 }
 
 // Error returns a message such as
-// `lease: stale token 41 for "invoices/2026-11": highest seen is 42`.
+// `lease: stale token 41 for "invoices/2026-11": highest seen is 42`, or,
+// when Highest is unknown,
+// `lease: stale token 41 for "invoices/2026-11": a higher token was seen`.
 func (e *StaleTokenError) Error() string {
+	if e.Highest == 0 {
+		return fmt.Sprintf("lease: stale token %d for %q: a higher token was seen", e.Token, e.Key)
+	}
 	return fmt.Sprintf("lease: stale token %d for %q: highest seen is %d", e.Token, e.Key, e.Highest)
 }
 

@@ -29,6 +29,36 @@ var shardSeed = maphash.MakeSeed()
 // Fence is safe for concurrent use and must not be copied after first use.
 // It remembers every key it has seen for its whole life (about 50 bytes per
 // key plus the key's bytes): forgetting a key would let an old token in again.
+//
+// # In a SQL database
+//
+// A Fence guards what one process writes. A database that several processes
+// write must keep the tokens itself, and check them in the transaction that
+// writes. Package sqlfence does it for database/sql (PostgreSQL, MySQL,
+// SQLite): a fence table holds the highest token per key, and Do runs the
+// caller's reads and writes in the transaction that admits the token:
+//
+//	fence, _ := sqlfence.New(sqlfence.Config{Dialect: sqlfence.PostgreSQL})
+//	err := fence.Do(ctx, db, l.Key(), l.Token(), func(tx *sql.Tx) error {
+//		// read what the write depends on, and write, through tx
+//	})
+//	if errors.Is(err, lease.ErrStaleToken) { /* a newer holder has written: stop */ }
+//
+// A table can instead keep the token in each row, and the statement that
+// writes checks it (sqlfence.ExecFenced reports zero rows as stale):
+//
+//	ALTER TABLE invoices ADD COLUMN fence bigint NOT NULL DEFAULT 0;
+//	UPDATE invoices SET total = $1, fence = $2 WHERE id = $3 AND fence <= $2;
+//	-- 0 rows affected: a higher token has written (or no such row)
+//
+// For a row that may not exist yet, PostgreSQL and SQLite take
+// INSERT ... ON CONFLICT (id) DO UPDATE SET ..., fence = excluded.fence
+// WHERE invoices.fence <= excluded.fence. Never read the fence in one
+// statement and write in another unless the read locks the row in the same
+// transaction (SELECT ... FOR UPDATE), and compute the new values from data
+// read inside that transaction. MySQL counts rows changed, not rows matched,
+// unless the client sets CLIENT_FOUND_ROWS. Tokens fit a signed BIGINT:
+// lockmesh issues them from a count of microseconds since 1970, about 2⁵¹.
 type Fence struct {
 	shards [fenceShards]fenceShard
 }

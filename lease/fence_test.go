@@ -94,6 +94,19 @@ func TestStaleTokenError(t *testing.T) {
 	}
 }
 
+// TestStaleTokenErrorUnknownHighest: a fence that cannot tell the highest
+// token (a conditional UPDATE that matched no row) leaves Highest 0, and the
+// message does not claim 0 was seen.
+func TestStaleTokenErrorUnknownHighest(t *testing.T) {
+	err := &lease.StaleTokenError{Key: "invoice/7", Token: 8}
+	if got, want := err.Error(), `lease: stale token 8 for "invoice/7": a higher token was seen`; got != want {
+		t.Errorf("message %q, want %q", got, want)
+	}
+	if !errors.Is(err, lease.ErrStaleToken) {
+		t.Error("errors.Is(err, ErrStaleToken) is false")
+	}
+}
+
 func TestFenceApplyErrorDoesNotRecord(t *testing.T) {
 	f := lease.NewFence()
 	boom := errors.New("disk full")
