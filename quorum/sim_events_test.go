@@ -55,6 +55,9 @@ func (a eventKey) before(b eventKey) bool {
 
 func (q *eventQueue) len() int { return len(q.heap) }
 
+// next is the time of the earliest event (the queue must not be empty).
+func (q *eventQueue) next() time.Duration { return q.heap[0].at }
+
 // endAt says that the run ends at end: no event after it will run.
 func (q *eventQueue) endAt(end time.Duration) { q.end, q.ending = end, true }
 

@@ -474,11 +474,54 @@ type sim struct {
 	stats simStats
 	loss  *diskLoss // simConfig.DiskLoss
 	wipe  *wipes    // simConfig.Wipes
+	// deaf nodes hear no ballot request; slow ones send and receive every
+	// message with a fixed delay for a while (setDeaf, setSlow).
+	deaf  map[*simNode]bool
+	slow  map[*simNode]slowNode
 	trace []string
 	fail  []string
 	// onResult, when set (by a scripted test), sees every operation
-	// result a node reports, before the checker routes it.
+	// result a node reports, before the checker routes it; onVoting and
+	// onLease every voting state and lease event.
 	onResult func(n *simNode, res OpResult)
+	onVoting func(n *simNode, v VotingState)
+	onLease  func(n *simNode, ev LeaseEvent)
+}
+
+// slowNode delays every message to or from a node by per, until until.
+type slowNode struct {
+	per, until time.Duration
+}
+
+// setDeaf makes n hear no ballot request (or hear them again): a voter
+// that never votes, though it answers catch-ups.
+func (s *sim) setDeaf(n *simNode, deaf bool) {
+	if s.deaf == nil {
+		s.deaf = make(map[*simNode]bool)
+	}
+	if deaf {
+		s.deaf[n] = true
+	} else {
+		delete(s.deaf, n)
+	}
+}
+
+// setSlow delays every message to or from n by per until until.
+func (s *sim) setSlow(n *simNode, per, until time.Duration) {
+	if s.slow == nil {
+		s.slow = make(map[*simNode]slowNode)
+	}
+	s.slow[n] = slowNode{per: per, until: until}
+}
+
+// slowDelay is the delay of a message to or from a slow node, if any.
+func (s *sim) slowDelay(from, to *simNode) (time.Duration, bool) {
+	for _, n := range [2]*simNode{from, to} {
+		if sl, ok := s.slow[n]; ok && s.now < sl.until {
+			return sl.per, true
+		}
+	}
+	return 0, false
 }
 
 type simStats struct {
@@ -560,6 +603,13 @@ func (s *sim) run() {
 }
 
 func (s *sim) run0() {
+	s.startAll()
+	s.runUntil(s.cfg.Duration)
+}
+
+// startAll starts every node and schedules the run's faults, script, heal and
+// end.
+func (s *sim) startAll() {
 	for _, n := range s.nodes {
 		s.start(n)
 	}
@@ -570,7 +620,12 @@ func (s *sim) run0() {
 	s.at(s.cfg.healAt(), s.heal)
 	s.at(s.cfg.Duration, func() { s.ended = true })
 	s.events.endAt(s.cfg.Duration)
-	for s.events.len() > 0 && !s.ended {
+}
+
+// runUntil runs the events due up to t (all of them, to the end, when t
+// is the run's Duration).
+func (s *sim) runUntil(t time.Duration) {
+	for s.events.len() > 0 && !s.ended && s.events.next() <= t {
 		var slot int32
 		s.now, slot = s.events.pop()
 		// e is good until something runs that pushes an event: each case
@@ -799,6 +854,9 @@ func (s *sim) flush(n *simNode) {
 		}
 		if v := rd.Voting; v != nil {
 			s.tracef("%s voting: voter %v, acceptor %v, floor only %v", n.id, v.Voter, v.Acceptor, v.FloorOnly)
+			if s.onVoting != nil {
+				s.onVoting(n, *v)
+			}
 			if v.Acceptor == Live && v.FloorOnly {
 				s.stats.FloorOnly++
 			}
@@ -814,6 +872,9 @@ func (s *sim) flush(n *simNode) {
 			s.sendMessage(n, s.node(msg.To()), msg)
 		}
 		for _, ev := range rd.Leases {
+			if s.onLease != nil {
+				s.onLease(n, ev)
+			}
 			s.check.leaseEvent(n, ev)
 		}
 		for _, res := range rd.Results {
@@ -1032,7 +1093,7 @@ func (s *sim) send(from, to *simNode, copyOf func() func()) {
 // Advance, and Step takes what it is given: every copy that goes out is a
 // copy of its own.
 func (s *sim) sendMessage(from, to *simNode, msg Message) {
-	if s.deafTo(to, &msg) {
+	if msg.Kind == MsgRequest && s.deaf[to] {
 		s.stats.Cut++
 		return
 	}
@@ -1067,8 +1128,8 @@ func (s *sim) route(from, to *simNode, schedule func(delay time.Duration)) {
 	}
 	for i := 0; i < copies; i++ {
 		d := s.delay(from == to)
-		if s.wipe != nil {
-			if slow, ok := s.wipeDelay(from, to); ok {
+		if s.slow != nil {
+			if slow, ok := s.slowDelay(from, to); ok {
 				d = slow
 			}
 		}

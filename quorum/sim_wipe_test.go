@@ -30,16 +30,8 @@ import (
 // voter then going live on the others' word.
 type wipes struct {
 	Wiped, Slowed, Cut int
-	// deaf are the voters that hear no ballot request (until the first
-	// wipe); lost the voter wiped last, until it votes again.
-	deaf map[*simNode]bool
+	// lost is the voter wiped last, until it votes again.
 	lost *simNode
-	// slow delays every message to or from a node, by per, until until.
-	slow map[*simNode]slowNode
-}
-
-type slowNode struct {
-	per, until time.Duration
 }
 
 // wipeDisks turns the family on.
@@ -54,18 +46,18 @@ func wipeDisks(c *simConfig) {
 
 // scheduleWipes makes the deaf voters and plans the wipes.
 func (s *sim) scheduleWipes(heal time.Duration) {
-	s.wipe = &wipes{deaf: make(map[*simNode]bool), slow: make(map[*simNode]slowNode)}
+	s.wipe = &wipes{}
 	voters := s.votersUp()
 	s.rand.Shuffle(len(voters), func(i, j int) { voters[i], voters[j] = voters[j], voters[i] })
 	for _, v := range voters[:len(voters)-s.boot.Majority()] {
-		s.wipe.deaf[v] = true
+		s.setDeaf(v, true)
 	}
 	first := time.Second + s.jitter(time.Second)
 	s.at(first, func() { s.wipeOne(true) })
 	for t := first + s.jitter(2*time.Second); t < heal-time.Second; t += s.jitter(2 * time.Second) {
 		s.at(t, func() { s.wipeOne(false) })
 	}
-	s.at(heal, func() { clear(s.wipe.deaf) })
+	s.at(heal, func() { clear(s.deaf) })
 }
 
 // votersUp are the founding voters that run.
@@ -94,7 +86,7 @@ func (s *sim) wipeOne(first bool) {
 	}
 	var voted []*simNode
 	for _, v := range s.votersUp() {
-		if !w.deaf[v] && v.disk != nil && v.disk.saved != nil && v.disk.saved.Voted {
+		if !s.deaf[v] && v.disk != nil && v.disk.saved != nil && v.disk.saved.Voted {
 			voted = append(voted, v)
 		}
 	}
@@ -108,7 +100,7 @@ func (s *sim) wipeOne(first bool) {
 	s.crash(v)
 	v.disk = &simDisk{}
 	if first {
-		clear(w.deaf)
+		clear(s.deaf)
 	}
 	others := slices.DeleteFunc(slices.Clone(voted), func(u *simNode) bool { return u == v })
 	if s.rand.Intn(2) == 0 {
@@ -116,27 +108,11 @@ func (s *sim) wipeOne(first bool) {
 		per := 20*time.Millisecond + time.Duration(s.rand.Int63n(int64(40*time.Millisecond)))
 		until := s.now + 100*time.Millisecond + time.Duration(s.rand.Int63n(int64(200*time.Millisecond)))
 		for _, u := range others {
-			w.slow[u] = slowNode{per: per, until: until}
+			s.setSlow(u, per, until)
 		}
 	} else if len(others) > 0 {
 		w.Cut++
 		s.cutOff(v, others, 100*time.Millisecond+time.Duration(s.rand.Int63n(int64(900*time.Millisecond))))
 	}
 	s.start(v)
-}
-
-// wipeDelay is the delay of a message to or from a slow node, if any.
-func (s *sim) wipeDelay(from, to *simNode) (time.Duration, bool) {
-	for _, n := range [2]*simNode{from, to} {
-		if sl, ok := s.wipe.slow[n]; ok && s.now < sl.until {
-			return sl.per, true
-		}
-	}
-	return 0, false
-}
-
-// deafTo reports whether msg is a ballot request to a voter that hears
-// none.
-func (s *sim) deafTo(to *simNode, msg *Message) bool {
-	return s.wipe != nil && s.wipe.deaf[to] && msg.Kind == MsgRequest
 }
