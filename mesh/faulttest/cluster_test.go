@@ -45,6 +45,10 @@ type clusterSpec struct {
 	// notStarted are nodes newCluster does not start (a voter whose
 	// machine is not up yet).
 	notStarted []string
+	// newMesh starts every node's first process with the operator's word
+	// that the mesh is brand-new (Config.NewMesh): with data directories,
+	// a majority of the voters founds it without the others.
+	newMesh bool
 	// binaries maps nodes to the node binary they start with (the
 	// upgrade scenario's previous release); the others run this tree's.
 	binaries map[string]string
@@ -227,6 +231,12 @@ func (c *cluster) start(n *node) error {
 	}
 	if c.spec.dataDirs {
 		args = append(args, "-data-dir", filepath.Join(c.dataRoot, n.name))
+	}
+	n.mu.Lock()
+	first := n.starts == 0
+	n.mu.Unlock()
+	if c.spec.newMesh && first {
+		args = append(args, "-new-mesh") // the first start only, as an operator gives it
 	}
 	if n.wallBack != 0 {
 		args = append(args, "-wall-back", n.wallBack.String())

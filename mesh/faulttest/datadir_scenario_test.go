@@ -11,14 +11,15 @@ import (
 )
 
 // A brand-new mesh of three voters with data directories, of which only two
-// are started: nobody ever voted, so the two vote at once (no quarantine)
-// and grant, while the third machine is not up.
+// are started, with the operator's word that the mesh is new (NewMesh):
+// nobody ever voted, so the two vote at once (no quarantine) and grant,
+// while the third machine is not up.
 func TestColdStartTwoOfThree(t *testing.T) {
 	requireFaults(t)
 	nodeBinary(t) // built (or found built) before the clock starts
 	start := control.Now()
 	c := newCluster(t, clusterSpec{voters: []string{"a", "b", "c"}, others: []string{"p"},
-		dataDirs: true, notStarted: []string{"c"}})
+		dataDirs: true, newMesh: true, notStarted: []string{"c"}})
 	cl := c.startClients(workload{keys: []string{"k1", "k2"}}, c.node("a"), c.node("b"), c.node("p"))
 	warmUp(t, c, cl)
 	cl.stop()

@@ -53,6 +53,7 @@ type nodeFlags struct {
 	apTarget, apMin         int
 	noVote                  bool
 	dataDir                 string
+	newMesh                 bool
 	wallBack                time.Duration
 }
 
@@ -78,6 +79,7 @@ func runNode(args []string) int {
 	fs.IntVar(&f.apMin, "autopilot-min", 0, "Autopilot.Min (default: the library's)")
 	fs.BoolVar(&f.noVote, "no-vote", false, "never to be made a voter by the autopilot (Config.NoVote)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "Config.DataDir (default: none, state in memory)")
+	fs.BoolVar(&f.newMesh, "new-mesh", false, "Config.NewMesh: the mesh is brand-new (a first start with data directories)")
 	fs.DurationVar(&f.wallBack, "wall-back", 0, "set the wall clock (Config.WallClock) back by this much")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -134,6 +136,7 @@ func nodeConfig(f nodeFlags) (*mesh.Config, error) {
 	}
 	cfg.NoVote = f.noVote
 	cfg.DataDir = f.dataDir
+	cfg.NewMesh = f.newMesh
 	if f.wallBack != 0 {
 		back := f.wallBack
 		cfg.WallClock = func() time.Time { return time.Now().Add(-back) }
