@@ -18,7 +18,7 @@ import (
 	"time"
 )
 
-// The attack suite (SECURITY.md, "What an outsider and a member can do"):
+// The attack suite (docs/security.md, "What each can and cannot do"):
 // each test plays one attack against a mesh under lock traffic and checks
 // exclusion, tokens and recovery, logging what the attack achieved
 // (double grants, token regressions, memory pinned, time to recover).

@@ -127,7 +127,7 @@ type Config struct {
 	// node with any other certificate, or none, cannot vote or take locks.
 	// The files are re-read when they change (checked at most once a
 	// second, at a handshake), so certificates and CAs can be replaced
-	// without a restart; see SECURITY.md. Empty: no TLS.
+	// without a restart; see docs/security.md. Empty: no TLS.
 	TLSCertFile string
 	TLSKeyFile  string
 	TLSCAFile   string

@@ -20,7 +20,7 @@ import (
 // address and the incarnation (a new one at every start, incarnation.go)
 // in the book. Incarnations are compared for equality only: they come from
 // wall clocks, and one stepped back across a restart makes the new life's
-// lower. The rules (SECURITY.md, "Identity"):
+// lower. The rules (docs/security.md, "Identity"):
 //
 //  1. Gossip proposes, the binding disposes. The first ballot address gossip
 //     shows for a name is bound. After that an alive message that changes

@@ -14,7 +14,7 @@ import (
 	"github.com/lockmesh/lockmesh/transport"
 )
 
-// Who may take part in a mesh, see SECURITY.md: the ballot transport admits
+// Who may take part in a mesh, see docs/security.md: the ballot transport admits
 // holders of a certificate from the mesh's CA (tlsfiles.go), gossip admits
 // holders of the gossip key and label (below), and everything read from the
 // network is bounded (limits.go).

@@ -22,7 +22,7 @@ import (
 	"github.com/lockmesh/lockmesh/transport"
 )
 
-// Tests of the closed doors (SECURITY.md): each way in that a stranger or a
+// Tests of the closed doors (docs/security.md): each way in that a stranger or a
 // misconfigured node might try is refused with a log line and a metric, and
 // a lease held across the attempt keeps renewing, never lost.
 

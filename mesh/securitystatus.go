@@ -3,7 +3,7 @@ package mesh
 import "github.com/lockmesh/lockmesh/transport"
 
 // SecurityStatus is the part of Status about who is who and what the
-// limits refused (SECURITY.md).
+// limits refused (docs/security.md).
 type SecurityStatus struct {
 	// NameConflicts are the names this node saw used by two processes at
 	// once within the last few gossip push/pull intervals: a copied

@@ -16,7 +16,7 @@
 // This is for development and tests: the CA's private key sits in -dir,
 // unencrypted. In production, issue node certificates from your own CA
 // (Vault, cert-manager, step-ca...) and keep its key elsewhere; see
-// mesh/SECURITY.md.
+// docs/security.md.
 package main
 
 import (
