@@ -68,9 +68,10 @@ type Op struct {
 	// one-round-trip renewals and release).
 	IfFree bool `codec:"if,omitempty"`
 	// Migrate, on an accept, marks the write-back that carries a key into
-	// a new voter configuration: an acceptor that holds no timer for the
-	// grant starts one of the full TTL, so that a lease granted under the
-	// old configuration stays protected by a majority of the new one.
+	// a new voter configuration: the acceptor times the grant for at least
+	// the value's TTL, which the mover set to what is left of the lease
+	// (design.md R63), so that a lease granted under the old configuration
+	// stays protected by a majority of the new one.
 	Migrate bool `codec:"mg,omitempty"`
 	// Observe, on a peek, asks the voter to push the key's changes to the
 	// sender (Notify.Changes) for this long: a change of holder, token,

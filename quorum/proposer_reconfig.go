@@ -25,8 +25,9 @@ import (
 //     old one), and write each key again under the new configuration: a
 //     prepare that reads what a majority of the old voters chose, and an
 //     accept of the same value with Op.Migrate, which makes every new voter
-//     that accepts it time a live lease for a full TTL. Now every value and
-//     every live lease lives on a majority of the new voters.
+//     that accepts it time a live lease for what is left of it (design.md
+//     R63). Now every value and every live lease lives on a majority of the
+//     new voters.
 //  3. Write the same voters again, no longer pending (version+2). Only then
 //     may the next change start: its majorities need not meet the old
 //     voters' at all.
