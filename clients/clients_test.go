@@ -1,0 +1,52 @@
+//go:build linux
+
+package clients_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// suiteTimeout bounds one language's test suite.
+const suiteTimeout = 3 * time.Minute
+
+// TestPythonClient runs clients/python/tests against the three voters.
+func TestPythonClient(t *testing.T) {
+	py := tool(t, "python3")
+	t.Parallel()
+	m := sharedMesh(t)
+	runSuite(t, m, filepath.Join(repoRoot(t), "clients", "python"),
+		py, "-m", "unittest", "discover", "-s", "tests", "-v")
+}
+
+// runSuite runs a client's test command in dir with the mesh's addresses
+// in its environment, and fails with its output if it fails.
+func runSuite(t *testing.T, m *testMesh, dir, name string, args ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), suiteTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), m.env()...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start).Round(100 * time.Millisecond)
+	if ctx.Err() != nil {
+		t.Fatalf("%s %s did not end within %v:\n%s", name, strings.Join(args, " "), suiteTimeout, out)
+	}
+	if err != nil {
+		var logs strings.Builder
+		for _, a := range m.agents {
+			logs.WriteString("--- agent " + a.name + "\n" + a.tail())
+		}
+		t.Fatalf("%s %s: %v (after %v)\n%s\nthe agents' logs:\n%s", name, strings.Join(args, " "), err, took, out, logs.String())
+	}
+	t.Logf("%s %s passed in %v", filepath.Base(name), strings.Join(args, " "), took)
+	if testing.Verbose() {
+		t.Logf("%s", out)
+	}
+}
