@@ -227,9 +227,14 @@ class TestLocks(MeshTest):
             except lockmesh.LockmeshError as e:
                 states.put(e)
 
+        before = self.waiters(self.c2)
         threading.Thread(target=pump, daemon=True).start()
         first = result(states, "first state")
         self.assertFalse(first.held)
+        # The next state is not there until something changes: the long-poll waits.
+        wait_until(lambda: self.waiters(self.c2) > before, "the long-poll waiting on its agent")
+        self.assertTrue(states.empty(), "the watch answered with no change")
+        self.assertEqual(w.index, first.index)
         lease = self.c0.lock(key, value="v1")
         held = result(states, "held state")
         self.assertEqual((held.held, held.token, held.value, held.node), (True, lease.token, "v1", self.nodes[0]))
