@@ -485,10 +485,16 @@ export class Session extends EventEmitter {
     if (ttl !== undefined) body.ttl = goDuration(ttl);
     if (value) body.value = value;
     if (n) body.n = n;
-    const sent = performance.now();
+    let sent = performance.now();
     // Repeatable: the agent answers a repeated acquire with the grant the
     // session holds.
-    const { data } = await this.client._request('PUT', p, { body, wait: w, repeatable: true });
+    let { data } = await this.client._request('PUT', p, { body, wait: w, repeatable: true });
+    if (performance.now() - sent > data.valid_ms / 3) {
+      // It waited its turn: validUntil counted from when it was sent would
+      // be near, or past. A refresh now gives a bound counted from now
+      // (nobody has acted under the lease yet).
+      ({ sent, grant: data } = await this._reanchor(kind, name));
+    }
     const k = leaseKey(kind, name);
     let lease = this._leases.get(k);
     if (lease) {
@@ -499,6 +505,23 @@ export class Session extends EventEmitter {
     }
     if (this._keepalive && !this.closed && !this.lost) this._schedule(); // maybe sooner now
     return lease;
+  }
+
+  // _reanchor refreshes the session for a grant just received: its send
+  // time and its entry in the answer (LeaseLostError if it is not there).
+  async _reanchor(kind, name) {
+    const sent = performance.now();
+    let data;
+    try {
+      ({ data } = await this.client._request('POST', `/v1/sessions/${this.id}/refresh`, { repeatable: true }));
+    } catch (e) {
+      if (e instanceof SessionExpiredError && !this.closed) this._lose('session ended: ' + e.detail);
+      throw e;
+    }
+    this._apply(data, sent);
+    const grant = data.leases.find((g) => g.kind === kind && g.name === name);
+    if (!grant) throw new LeaseLostError(`${kind} ${name} was lost as soon as it was granted`, { code: 'lease_lost' });
+    return { sent, grant };
   }
 
   /** What the session holds, as far as it knows. */

@@ -632,6 +632,11 @@ class Session:
         # Repeatable: the agent answers a repeated acquire with the grant
         # the session holds.
         _, data, _ = self.client._request("PUT", path, body=body, wait=w, repeatable=True)
+        if time.monotonic() - sent > data["valid_ms"] / 3000.0:
+            # It waited its turn: valid_until counted from when it was sent
+            # would be near, or past. A refresh now gives a bound counted
+            # from now (nobody has acted under the lease yet).
+            sent, data = self._reanchor(kind, name)
         with self._mu:
             lease = self._leases.get((kind, name))
             if lease is None:
@@ -642,6 +647,21 @@ class Session:
                 lease._update(data, sent)
         self._wake.set()  # the keeper's next refresh may come sooner now
         return lease
+
+    def _reanchor(self, kind: str, name: str) -> Tuple[float, Dict[str, Any]]:
+        """Refreshes the session for a grant just received: its send time
+        and its entry in the answer (LeaseLostError if it is not there)."""
+        sent = time.monotonic()
+        try:
+            _, data, _ = self.client._request("POST", "/v1/sessions/%s/refresh" % self.id, repeatable=True)
+        except SessionExpiredError as e:
+            self._lose("session ended: %s" % e.detail)
+            raise
+        self._apply(data, sent)
+        for g in data.get("leases", []):
+            if (g["kind"], g["name"]) == (kind, name):
+                return sent, g
+        raise LeaseLostError("%s %r was lost as soon as it was granted" % (kind, name), code="lease_lost")
 
     # -- refreshing
 

@@ -128,22 +128,27 @@ test('contention: the second client waits, then gets a higher token', async (t) 
   assert.equal((await c2.holder(key)).token, l.token);
 });
 
-test('session expiry hands the lock over, after the hung client\'s validUntil', async (t) => {
+test('session expiry hands the lock over, after the hung client\'s validUntil; a long wait still gives a valid lease', async (t) => {
   const s = await setup(t);
   if (!s) return;
   const [c0, c1] = s.clients;
   const key = s.prefix + 'd';
-  const hung = await s.session(c0, { ttl: 1000, keepalive: false });
+  const hung = await s.session(c0, { ttl: 2000, keepalive: false });
   const lease = await hung.lock(key);
   const last = performance.now();
   await hung.refresh(); // the last sign of life
-  const next = await c1.lock(key, { wait: DEADLINE });
+  // A session of 1 s: its grants are valid for at most 1 s from when they
+  // were asked for, and it waits 2 s for this one.
+  const next = await c1.lock(key, { wait: DEADLINE, sessionTTL: 1000 });
   const got = performance.now();
   s.closers.push(() => next.release());
   assert.ok(next.token > lease.token);
   assert.ok(lease.validUntil <= got, 'the hung client\'s lease was valid after the next grant');
-  // TTL 1 s, plus the release's round trip and a loaded machine's slack.
-  assert.ok(got - last < 1000 + 2000, `handed over ${Math.round(got - last)} ms after the last refresh`);
+  // TTL 2 s, plus the release's round trip and a loaded machine's slack.
+  assert.ok(got - last < 2000 + 2000, `handed over ${Math.round(got - last)} ms after the last refresh`);
+  assert.ok(next.valid(), 'a grant that waited its turn came back already past its validUntil');
+  await waitUntil(() => next.lost || next.validUntil > got + 500, 'the keeper renewing the new grant');
+  assert.ok(!next.lost, next.lostReason);
   await assert.rejects(hung.refresh(), lockmesh.SessionExpiredError);
   assert.ok(hung.lost && hung.signal.aborted);
   assert.ok(lease.lost && lease.signal.aborted && !lease.valid());

@@ -159,19 +159,25 @@ class TestLocks(MeshTest):
     def test_session_expiry_hands_the_lock_over(self) -> None:
         """A client that stops refreshing loses its lock within its
         session's TTL and a round trip; the next waiter gets it, after the
-        first client's valid_until."""
+        first client's valid_until, and holds it although it waited longer
+        than its own valid window."""
         key = self.prefix + "d"
-        hung = self.session(self.c0, ttl=1, keepalive=False)
+        hung = self.session(self.c0, ttl=2, keepalive=False)
         lease = hung.lock(key)
         last = time.monotonic()
         hung.refresh()  # the last sign of life
-        nxt = self.c1.lock(key, wait=DEADLINE)
+        # A session of 1 s: its grants are valid for at most 1 s from when
+        # they were asked for, and it waits 2 s for this one.
+        nxt = self.c1.lock(key, wait=DEADLINE, session_ttl=1)
         got = time.monotonic()
         self._closers.append(nxt.release)
         self.assertGreater(nxt.token, lease.token)
         self.assertLessEqual(lease.valid_until, got, "the hung client's lease was valid after the next grant")
-        # TTL 1 s, plus the release's round trip and a loaded machine's slack.
-        self.assertLess(got - last, 1.0 + 2.0, "the lock was handed over %.3fs after the last refresh" % (got - last))
+        # TTL 2 s, plus the release's round trip and a loaded machine's slack.
+        self.assertLess(got - last, 2.0 + 2.0, "the lock was handed over %.3fs after the last refresh" % (got - last))
+        self.assertTrue(nxt.valid(), "a grant that waited its turn came back already past its valid_until")
+        wait_until(lambda: nxt.lost.is_set() or nxt.valid_until > got + 0.5, "the keeper renewing the new grant")
+        self.assertFalse(nxt.lost.is_set(), nxt.lost_reason)
         with self.assertRaises(lockmesh.SessionExpiredError):
             hung.refresh()
         self.assertTrue(hung.lost.is_set())
