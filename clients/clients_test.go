@@ -21,7 +21,7 @@ const suiteTimeout = 3 * time.Minute
 
 // TestPythonClient runs clients/python/tests against the three voters.
 func TestPythonClient(t *testing.T) {
-	py := tool(t, "python3")
+	py := interpreter(t, "python3", [2]int{3, 9}, "-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])")
 	m := sharedMesh(t)
 	runSuite(t, m, filepath.Join(repoRoot(t), "clients", "python"),
 		py, "-m", "unittest", "discover", "-s", "tests", "-v")
@@ -29,7 +29,7 @@ func TestPythonClient(t *testing.T) {
 
 // TestNodeClient runs clients/node/test against the three voters.
 func TestNodeClient(t *testing.T) {
-	node := tool(t, "node")
+	node := interpreter(t, "node", [2]int{18, 0}, "-p", "process.versions.node")
 	m := sharedMesh(t)
 	dir := filepath.Join(repoRoot(t), "clients", "node")
 	files, err := filepath.Glob(filepath.Join(dir, "test", "*.test.mjs"))

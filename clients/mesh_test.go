@@ -263,6 +263,31 @@ func tool(t *testing.T, name string) string {
 	return p
 }
 
+// interpreter is tool(t, name), at least version min (major, minor): the
+// oldest the client supports. An older one fails on CI and skips elsewhere.
+func interpreter(t *testing.T, name string, min [2]int, versionArgs ...string) string {
+	t.Helper()
+	p := tool(t, name)
+	out, err := exec.Command(p, versionArgs...).Output()
+	if err != nil {
+		t.Fatalf("%s %q: %v", name, versionArgs, err)
+	}
+	v := strings.TrimSpace(string(out))
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		t.Fatalf("%s version %q: %v", name, v, err)
+	}
+	if major < min[0] || (major == min[0] && minor < min[1]) {
+		msg := fmt.Sprintf("%s %s is older than %d.%d, the oldest the client supports", name, v, min[0], min[1])
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Logf("%s %s", name, v)
+	return p
+}
+
 // repoRoot is the repository's top directory (the tests run in clients/).
 func repoRoot(t *testing.T) string {
 	t.Helper()
