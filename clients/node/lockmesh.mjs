@@ -171,6 +171,14 @@ function millis(d) {
 
 const quote = (key) => encodeURIComponent(key);
 
+// sessionName is key, cut to the 256 bytes a session's name may have.
+function sessionName(key) {
+  let name = key;
+  while (Buffer.byteLength(name) > 256) name = name.slice(0, -1);
+  if (/[\ud800-\udbff]$/.test(name)) name = name.slice(0, -1); // half a surrogate pair
+  return name;
+}
+
 /**
  * Where a Client connects without a url: $LOCKMESH_URL, else the agent's
  * default unix socket ($XDG_RUNTIME_DIR/lockmesh-http.sock, or
@@ -363,7 +371,7 @@ export class Client {
    * by default).
    */
   async lock(key, { wait, ttl, value, sessionTTL, name } = {}) {
-    const s = await this.session({ ttl: sessionTTL, name: name ?? key });
+    const s = await this.session({ ttl: sessionTTL, name: name ?? sessionName(key) });
     let lease;
     try {
       lease = await s.lock(key, { wait, ttl, value });

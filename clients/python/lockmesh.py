@@ -298,6 +298,11 @@ def _quote(key: str) -> str:
     return urllib.parse.quote(key, safe="")
 
 
+def _session_name(key: str) -> str:
+    """key, cut to the 256 bytes a session's name may have."""
+    return key.encode("utf-8")[:256].decode("utf-8", "ignore")
+
+
 def default_url() -> str:
     """Where ``Client()`` connects without a URL: ``$LOCKMESH_URL``, else the
     agent's default unix socket (``$XDG_RUNTIME_DIR/lockmesh-http.sock``, or
@@ -506,7 +511,7 @@ class Client:
         it, it waits in turn at most that long (the agent caps it at its
         ``limits.max_wait``, 5 minutes by default).
         """
-        s = self.session(ttl=session_ttl, name=name or key)
+        s = self.session(ttl=session_ttl, name=name or _session_name(key))
         try:
             lease = s.lock(key, wait=wait, ttl=ttl, value=value)
         except BaseException:

@@ -97,6 +97,17 @@ test('withLock runs the function holding the lock, then releases it', async (t) 
   assert.ok(h.token > token);
 });
 
+test('a long key', async (t) => {
+  const s = await setup(t);
+  if (!s) return;
+  // Over the 256 bytes of a session's name (Client.lock names its session
+  // after the key), within the 512 of a key; a surrogate pair at the cut.
+  const key = s.prefix + 'é'.repeat(105) + '😀'.repeat(20);
+  await s.clients[0].withLock(key, async (lease) => {
+    assert.equal((await s.clients[1].holder(key)).token, lease.token);
+  });
+});
+
 test('try once names the holder', async (t) => {
   const s = await setup(t);
   if (!s) return;

@@ -132,6 +132,13 @@ class TestLocks(MeshTest):
         self.assertFalse(h.held)
         self.assertEqual(h.token, lease.token)
 
+    def test_long_key(self) -> None:
+        # Over the 256 bytes of a session's name (Client.lock names its
+        # session after the key), within the 512 of a key.
+        key = self.prefix + "é" * 200
+        with self.c0.lock(key) as lease:
+            self.assertEqual(self.c1.holder(key).token, lease.token)
+
     def test_try_once_names_the_holder(self) -> None:
         key = self.prefix + "b"
         lease = self.c0.lock(key)
