@@ -737,11 +737,12 @@ class Session:
 
     def _keep(self) -> None:
         while not self.closed and not self.lost.is_set():
-            now = time.monotonic()
-            self._wake.wait(self._next_delay(now))
+            woken = self._wake.wait(self._next_delay(time.monotonic()))
             self._wake.clear()
             if self.closed or self.lost.is_set():
                 return
+            if woken:
+                continue  # a new lease, or closing: work the delay out again
             now = time.monotonic()
             self._expire(now)
             if self.lost.is_set():
