@@ -38,6 +38,35 @@ type manifests struct {
 	statefulSets []*appsv1.StatefulSet
 	services     []*corev1.Service
 	budgets      []*policyv1.PodDisruptionBudget
+	configMaps   []*corev1.ConfigMap
+}
+
+// The voters' StatefulSet and Service, and the sidecar example's.
+const (
+	voters    = "lockmesh"
+	sidecarSS = "lock-demo"
+)
+
+func (m *manifests) statefulSet(t *testing.T, name string) *appsv1.StatefulSet {
+	t.Helper()
+	for _, s := range m.statefulSets {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no StatefulSet %q", name)
+	return nil
+}
+
+func (m *manifests) service(t *testing.T, name string) *corev1.Service {
+	t.Helper()
+	for _, s := range m.services {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("no Service %q", name)
+	return nil
 }
 
 // kinds maps apiVersion and kind to a new value of the type to decode into.
@@ -55,6 +84,11 @@ var kinds = map[string]func(*manifests) any{
 	"policy/v1 PodDisruptionBudget": func(m *manifests) any {
 		v := new(policyv1.PodDisruptionBudget)
 		m.budgets = append(m.budgets, v)
+		return v
+	},
+	"v1 ConfigMap": func(m *manifests) any {
+		v := new(corev1.ConfigMap)
+		m.configMaps = append(m.configMaps, v)
 		return v
 	},
 }
@@ -126,9 +160,15 @@ func stripComments(doc []byte) []byte {
 // not at kubectl apply.
 func TestManifestsDecodeStrictly(t *testing.T) {
 	m := load(t)
-	if len(m.statefulSets) != 1 || len(m.services) != 1 || len(m.budgets) != 1 {
-		t.Fatalf("%d StatefulSets, %d Services, %d PodDisruptionBudgets; want one each",
-			len(m.statefulSets), len(m.services), len(m.budgets))
+	// The voters' StatefulSet, Service and budget; the sidecar example's
+	// StatefulSet, Service and ConfigMap.
+	if len(m.statefulSets) != 2 || len(m.services) != 2 || len(m.budgets) != 1 || len(m.configMaps) != 1 {
+		t.Fatalf("%d StatefulSets, %d Services, %d PodDisruptionBudgets, %d ConfigMaps; want 2, 2, 1, 1",
+			len(m.statefulSets), len(m.services), len(m.budgets), len(m.configMaps))
+	}
+	for _, name := range []string{voters, sidecarSS} {
+		m.statefulSet(t, name)
+		m.service(t, name)
 	}
 }
 
@@ -148,7 +188,7 @@ func TestStrictDecodeRefusesUnknownFields(t *testing.T) {
 // The headless Service gives every pod, ready or not, a DNS name.
 func TestHeadlessServiceForSeeds(t *testing.T) {
 	m := load(t)
-	sts, svc := m.statefulSets[0], m.services[0]
+	sts, svc := m.statefulSet(t, voters), m.service(t, voters)
 	if sts.Spec.ServiceName != svc.Name {
 		t.Errorf("StatefulSet serviceName %q, Service %q", sts.Spec.ServiceName, svc.Name)
 	}
@@ -173,7 +213,7 @@ func TestHeadlessServiceForSeeds(t *testing.T) {
 // A new mesh's voters start together, and pod names are node names.
 func TestStatefulSet(t *testing.T) {
 	m := load(t)
-	sts := m.statefulSets[0]
+	sts := m.statefulSet(t, voters)
 	spec := sts.Spec
 	if spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		t.Errorf("podManagementPolicy %q, want Parallel", spec.PodManagementPolicy)
@@ -231,7 +271,7 @@ func TestStatefulSet(t *testing.T) {
 // only: a manifest that carries it would let a pod whose volume was lost
 // take its own emptiness for proof that it never voted.
 func TestNoNewMeshInTheManifests(t *testing.T) {
-	c := container(t, load(t).statefulSets[0])
+	c := container(t, load(t).statefulSet(t, voters))
 	for _, e := range c.Env {
 		if e.Name == "LOCKMESH_NEW_MESH" {
 			t.Errorf("the StatefulSet sets LOCKMESH_NEW_MESH (%q): it is for a mesh's first start only", e.Value)
@@ -246,7 +286,7 @@ func TestNoNewMeshInTheManifests(t *testing.T) {
 
 // The data directory the agent is given is the volume claim's mount.
 func TestDataDirOnPersistentVolume(t *testing.T) {
-	sts := load(t).statefulSets[0]
+	sts := load(t).statefulSet(t, voters)
 	c := container(t, sts)
 	dir := envValue(t, c, "LOCKMESH_DATA_DIR")
 	mount := mountAt(t, c, dir)
@@ -273,7 +313,7 @@ func TestDataDirOnPersistentVolume(t *testing.T) {
 // TLS files come from a Secret mounted read-only; the gossip key from a
 // Secret, as an environment variable.
 func TestSecrets(t *testing.T) {
-	sts := load(t).statefulSets[0]
+	sts := load(t).statefulSet(t, voters)
 	c := container(t, sts)
 	for _, name := range []string{"LOCKMESH_TLS_CERT", "LOCKMESH_TLS_KEY", "LOCKMESH_TLS_CA"} {
 		file := envValue(t, c, name)
@@ -304,7 +344,7 @@ func TestSecrets(t *testing.T) {
 // Readiness is /readyz and metrics /metrics, on the port the agent serves
 // HTTP on; liveness never asks about the quorum.
 func TestProbesAndMetrics(t *testing.T) {
-	sts := load(t).statefulSets[0]
+	sts := load(t).statefulSet(t, voters)
 	c := container(t, sts)
 	httpPort := containerPort(t, c, "http").ContainerPort
 	if got := envValue(t, c, "LOCKMESH_HTTP"); !strings.HasSuffix(got, ":"+strconv.Itoa(int(httpPort))) {
@@ -328,7 +368,7 @@ func TestProbesAndMetrics(t *testing.T) {
 // requests set and no CPU limit.
 func TestAvailability(t *testing.T) {
 	m := load(t)
-	sts, pdb := m.statefulSets[0], m.budgets[0]
+	sts, pdb := m.statefulSet(t, voters), m.budgets[0]
 	if mu := pdb.Spec.MaxUnavailable; mu == nil || mu.String() != "1" {
 		t.Errorf("PodDisruptionBudget maxUnavailable %v, want 1", mu)
 	}
