@@ -218,6 +218,20 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// again under lower ballots, and an observer that saw it held
 		// before shows it held for good (O3).
 		f.prop.observeKeepsBallots = true
+	case "observe-any-ballot-expiry":
+		// Caught by a scripted run (TestObserveExpiryNeedsOneBallot) and by
+		// random observer runs (TestCheckerCatchesObserverExpiryAtAnyBallot):
+		// an observer reports a lease ended while its holder renews it
+		// through voters whose word has not reached the observer (O4).
+		f.prop.observeAnyBallotExpiry = true
+	case "read-expiry-at-write-back":
+		// Shown by a scripted run (TestReadExpiryNeedsALeaseBallot): a read
+		// reports a lease ended while its holder renews it (O4). Random
+		// runs cannot reach it: the voters a read counts must answer one
+		// round more than a Notice apart (the holder renews through one of
+		// them in between, before its lease's notice), and their round
+		// timeout (40 ms) is below the Notice (100 ms).
+		f.prop.readExpiryAtWriteBack = true
 	}
 }
 
