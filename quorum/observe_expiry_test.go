@@ -176,8 +176,8 @@ func TestObserveExpiryAtMixedBallotsIsReported(t *testing.T) {
 // run out while the holder renews through the others, and the observers
 // on their side hold those reports. Crashes set aside and more messages
 // lost (pushes and renewals among them), O4 catches it at seed 9 with 5
-// voters, the 18th run (5 of the first 120 runs; with observeConfig's
-// faults as they are, 6 of 600, the first at seed 114).
+// voters, the 18th run (3 of the first 120 runs; with observeConfig's
+// faults as they are, 2 of 600, the first at seed 103 with 3 voters).
 func TestCheckerCatchesObserverExpiryAtAnyBallot(t *testing.T) {
 	skipUnderRace(t)
 	t.Parallel()

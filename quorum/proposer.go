@@ -404,6 +404,7 @@ type proposerFaults struct {
 	observeKeepsBallots     bool            // an observer orders states by ballot across the loss of a majority's state
 	observeAnyBallotExpiry  bool            // an observer takes a majority's reports of a lease's timer run out, at any ballots, for its end
 	readExpiryAtWriteBack   bool            // a read takes a majority at a write-back's ballot, no timer running, for a lease's end
+	observeIncOrder         bool            // an observer takes the lower of two incarnations of a voter for its earlier life
 }
 
 // ProposerStats counts what a proposer did.

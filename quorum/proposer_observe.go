@@ -141,6 +141,7 @@ type obsReport struct {
 	at        time.Duration // when it arrived, on this node's clock
 	copy      bool          // a value the voter copied, not accepted (Result.Copy)
 	inc       uint64        // the voter's incarnation that answered (zero: not known)
+	incRound  uint64        // registration rounds sent before this observer first heard from inc
 }
 
 // Observe starts observing key (or, if it is observed already, registers
@@ -221,6 +222,20 @@ func (p *Proposer) observeAnswer(o *observation, from NodeID, inc uint64, res *R
 	if !res.OK || o.cfg != p.m.ID || !p.m.IsVoter(from) {
 		return
 	}
+	round := o.round // the round answered: the last, or the one before
+	if res.ID != o.rids[0] {
+		round--
+	}
+	if r, ok := o.reports[from]; ok && inc != 0 && r.inc != 0 && inc != r.inc && round <= r.incRound && !p.faults.observeIncOrder {
+		// Another life of the voter than the one it heard from answers a
+		// round sent before it heard from that one: perhaps a late answer
+		// of an earlier life. Its word is not taken; a round sent from now
+		// on settles which is later (see report).
+		if o.round <= r.incRound {
+			p.observeRound(o)
+		}
+		return
+	}
 	if r, ok := o.reports[from]; ok && res.Accepted.IsZero() && !r.accepted.IsZero() && res.ID == o.rids[0] &&
 		!p.faults.observeForgottenHeld {
 		// The voter holds nothing of the key any more, having reported
@@ -258,11 +273,29 @@ func (p *Proposer) handleChanges(n *Notify) {
 // report keeps a voter's word unless it is older than what it said before.
 // inc is the incarnation of the voter that answered a registration (zero
 // for a push, which comes from the life that took the registration).
+//
+// Which of two lives of a voter is the later is not told by their
+// incarnations: a node takes its incarnation from its wall clock at start,
+// and a clock set back across a restart gives a later life a lower one
+// (the observer then took a later life's word, after a majority lost its
+// state, for a late message, and kept showing a released lease held:
+// TestObserverAfterMajorityLossWithClocksSetBack). It is told by the
+// rounds. Lives of one name run one after the other, and life L answered
+// this observer (incRound: the rounds sent before it first did), so L was
+// up when it sent that answer; a life that answers a round sent after the
+// answer arrived was up later still: L, or a life after L. Another
+// incarnation is then a later life, and its word stands, at a lower
+// ballot too. One that answers a round sent before may have answered
+// before L started, its answer late: observeAnswer does not take it, and
+// registers again. A push names no life: it comes from the life that took
+// the registration, taken for the one this observer heard from last (a
+// report a push made names none, and the first answer names it).
 func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ballot, v Value, remaining time.Duration, copied bool) {
 	r, ok := o.reports[from]
+	later := ok && inc != 0 && inc != r.inc // another life, later (observeAnswer)
 	if ok && accepted.Less(r.accepted) {
-		if inc <= r.inc || p.faults.observeKeepsBallots {
-			return // a late message
+		if !later || (p.faults.observeIncOrder && inc < r.inc) || p.faults.observeKeepsBallots {
+			return // a late message of the life that said more
 		}
 		// A later life of the voter answers under a lower ballot than it
 		// reported before: it lost its state (within a life, ballots never
@@ -271,10 +304,15 @@ func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ball
 		// §3.2). Its word stands; a read says what the state is.
 		o.lost = true
 	}
+	incRound := r.incRound
+	if !ok || later {
+		incRound = o.round // first heard from this life now
+	}
 	if inc == 0 && ok {
 		inc = r.inc
 	}
-	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(), copy: copied, inc: inc}
+	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(),
+		copy: copied, inc: inc, incRound: incRound}
 }
 
 // evaluate reports the key's state if the voters settle it, and otherwise

@@ -232,6 +232,17 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// them in between, before its lease's notice), and their round
 		// timeout (40 ms) is below the Notice (100 ms).
 		f.prop.readExpiryAtWriteBack = true
+	case "observe-inc-order":
+		// Shown by a scripted run (TestObserverAfterMajorityLossWithClocksSetBack)
+		// and step by step (TestObserverOrdersLivesByRounds): voters that
+		// lost their state restart with their wall clocks set back, and an
+		// observer takes their word for late messages and shows a released
+		// lease held for good. Random observer runs do not reach it (none
+		// of 400): they set clocks back only on restarts from a disk
+		// (simConfig.WallIncarnations), whose marks keep the ballots after
+		// a majority's loss above those before; without disks, a clock set
+		// back that far would break the tokens' wall-clock floor first.
+		f.prop.observeIncOrder = true
 	}
 }
 

@@ -259,6 +259,7 @@ func observing(c *simConfig) {
 	c.Observe = 300 * time.Millisecond
 	c.Quiet = 2 * time.Second
 	c.Updates = true
+	c.WallIncarnations = true
 }
 
 // TestSimulationObserve runs seeded runs with every node observing every
