@@ -272,7 +272,7 @@ func TestAudit11WriteBackAcrossAVoterRestart(t *testing.T) {
 // it at its ballot) and the write-backs of sweeps rarely meet observers.
 // Here every run's voters drop idle registers all the time (three
 // registers, 300ms idle) and its proposers their idle keys, with every
-// node observing every key and a fifth of the operations reads; O1 to O3
+// node observing every key and a fifth of the operations reads; O1 to O4
 // and every other invariant are checked.
 func TestAudit11ObserveForgetful(t *testing.T) {
 	seeds := *a11Seeds
@@ -311,7 +311,7 @@ func TestAudit11ObserveForgetful(t *testing.T) {
 // forgets it; at the heal n4 meets empty registers and reads k0 with a
 // ballot. n3 takes k0 again at the heal plus an offset (0 to 40ms, every 0.5ms), so
 // that its prepare and accept land before, among and after the read's.
-// Beyond O1 to O3, checked here: n4 never reports k0 free once a grant of
+// Beyond O1 to O4, checked here: n4 never reports k0 free once a grant of
 // it is more than a read's deadline old and still running (the read would
 // have had to begin after the grant was chosen, and then it finds it).
 func TestAudit11ObserverOrderingReadRacesAGrant(t *testing.T) {

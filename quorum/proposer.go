@@ -402,6 +402,9 @@ type proposerFaults struct {
 	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
 	observeForgottenHeld    bool            // take an observed key's empty register for older than any state at a real ballot
 	observeKeepsBallots     bool            // an observer orders states by ballot across the loss of a majority's state
+	observeAnyBallotExpiry  bool            // an observer takes a majority's reports of a lease's timer run out, at any ballots, for its end
+	readExpiryAtWriteBack   bool            // a read takes a majority at a write-back's ballot, no timer running, for a lease's end
+	observeIncOrder         bool            // an observer takes the lower of two incarnations of a voter for its earlier life
 }
 
 // ProposerStats counts what a proposer did.

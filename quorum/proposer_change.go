@@ -175,6 +175,9 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 			}
 		}
 		x.readLive = live
+		if chosen && !p.readSettlesLive(base, replies[0].res.Accepted, live) {
+			chosen = false // a lease's end only a write-back settles
+		}
 		// What the read reports, now or once its write-back is chosen: the
 		// register's epoch, or, when a majority holds nothing for the key,
 		// an epoch no grant of it ever exceeded (readEpoch). (Soak seed
@@ -199,6 +202,19 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		}
 		// Not yet chosen: write it back so that no later read sees less.
 		// The write keeps base.Lease, so it starts no timer.
+		//
+		// It reports the lease live as the promises said (readLive), once
+		// the write-back is chosen, and a lease they saw ended has. A
+		// renewal that succeeds reaches a majority before the holder's
+		// deadline at the time, set by the last period that succeeded
+		// before it. Below this read's ballot, that majority meets the
+		// promises in a voter that took the renewal before it promised
+		// (after, it refuses it), and times it. Above, it meets the
+		// write-back's majority in a voter that took the write-back first
+		// (after, it refuses it), so after every promise came in; take the
+		// first such renewal: the period before it is below this ballot,
+		// and its majority meets the promises in a voter that said its
+		// timer had run out, after that period's deadline. Too late.
 		return base, OpResult{}, true
 	}
 	return Value{}, OpResult{}, false

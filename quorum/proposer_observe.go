@@ -25,10 +25,29 @@ import (
 // (a linearizable read: a majority's agreement, or a write-back that makes
 // the highest value chosen) and reports what the read found.
 //
-// A held value is live until a majority of voters report that their
-// timer of that grant has run out (each pushes when it does): every
-// majority that accepted the lease's latest period includes one of them,
-// whose timer outlasts the holder's deadline.
+// A held value is live until its lease is seen ended (rule O4): a
+// majority of voters report the grant accepted at one ballot B, as the
+// write that began a lease period (B is the value's Lease: each of them
+// accepted it itself, not as a copy or a write-back, and started its
+// timer then), with that timer run out (each pushes when it does). Each
+// of them says so after the holder's deadline for the period B began,
+// which its timer outlasts. A renewal after B that succeeded was accepted
+// by a majority before the holder's deadline at the time, which is no
+// later; that majority meets this one in a voter that had accepted the
+// renewal's higher ballot before it reported, and would have reported
+// that, not B. So no renewal after B succeeded, every period before it
+// ended by its deadline, and the holder's lease had ended before any of
+// these reports was made: however old they are, they settle it. Reports
+// at different ballots never add up: a voter's word that its timer ran
+// out may predate its accepting a later renewal, whose push (renewals
+// are not pushed; a timer started again is) was lost or cut off, while
+// the holder renews through others (TestObserveExpiryNeedsOneBallot).
+// Nor do copies and write-backs: their voters may never have timed the
+// grant. When a majority reports its timer run out but not at one
+// ballot (a holder that crashed in the middle of renewals leaves its
+// voters at different ones), the proposer reads the key, again each time
+// they say more; a read concludes as above, or from a write-back that no
+// renewal it missed lets through (readSettlesLive).
 //
 // States are reported in order: a later state of another content has a
 // higher ballot, and a state of the same content only goes from live to
@@ -67,8 +86,9 @@ type KeyChange struct {
 	// Value is the register's value: free, or held by Holder (HolderInc)
 	// under Epoch, with the holder's Data.
 	Value Value
-	// Live: Value is held and no majority of voters reports its lease's
-	// timer run out.
+	// Live: Value is held and its lease is not known to have ended (a
+	// majority of voters report its timer run out at one ballot that
+	// began a lease period: see the top of proposer_observe.go).
 	Live bool
 	// Ballot orders the states of a key: a state of another content comes
 	// with a higher one.
@@ -104,6 +124,7 @@ type observation struct {
 	lost           bool          // a voter lost its state since the last read began: read
 	forgot         bool          // voters hold nothing of a key last reported held (forgotten): read, with a ballot
 	readRound      uint64        // the round when it began
+	readAt         time.Duration // when the last one began
 	readEmits      uint64        // emits when it began
 	unsettledSince time.Duration // zero while the reports settle the state
 	refreshAt      time.Duration // the next registration
@@ -120,6 +141,7 @@ type obsReport struct {
 	at        time.Duration // when it arrived, on this node's clock
 	copy      bool          // a value the voter copied, not accepted (Result.Copy)
 	inc       uint64        // the voter's incarnation that answered (zero: not known)
+	incRound  uint64        // registration rounds sent before this observer first heard from inc
 }
 
 // Observe starts observing key (or, if it is observed already, registers
@@ -200,6 +222,20 @@ func (p *Proposer) observeAnswer(o *observation, from NodeID, inc uint64, res *R
 	if !res.OK || o.cfg != p.m.ID || !p.m.IsVoter(from) {
 		return
 	}
+	round := o.round // the round answered: the last, or the one before
+	if res.ID != o.rids[0] {
+		round--
+	}
+	if r, ok := o.reports[from]; ok && inc != 0 && r.inc != 0 && inc != r.inc && round <= r.incRound && !p.faults.observeIncOrder {
+		// Another life of the voter than the one it heard from answers a
+		// round sent before it heard from that one: perhaps a late answer
+		// of an earlier life. Its word is not taken; a round sent from now
+		// on settles which is later (see report).
+		if o.round <= r.incRound {
+			p.observeRound(o)
+		}
+		return
+	}
 	if r, ok := o.reports[from]; ok && res.Accepted.IsZero() && !r.accepted.IsZero() && res.ID == o.rids[0] &&
 		!p.faults.observeForgottenHeld {
 		// The voter holds nothing of the key any more, having reported
@@ -237,11 +273,29 @@ func (p *Proposer) handleChanges(n *Notify) {
 // report keeps a voter's word unless it is older than what it said before.
 // inc is the incarnation of the voter that answered a registration (zero
 // for a push, which comes from the life that took the registration).
+//
+// Which of two lives of a voter is the later is not told by their
+// incarnations: a node takes its incarnation from its wall clock at start,
+// and a clock set back across a restart gives a later life a lower one
+// (the observer then took a later life's word, after a majority lost its
+// state, for a late message, and kept showing a released lease held:
+// TestObserverAfterMajorityLossWithClocksSetBack). It is told by the
+// rounds. Lives of one name run one after the other, and life L answered
+// this observer (incRound: the rounds sent before it first did), so L was
+// up when it sent that answer; a life that answers a round sent after the
+// answer arrived was up later still: L, or a life after L. Another
+// incarnation is then a later life, and its word stands, at a lower
+// ballot too. One that answers a round sent before may have answered
+// before L started, its answer late: observeAnswer does not take it, and
+// registers again. A push names no life: it comes from the life that took
+// the registration, taken for the one this observer heard from last (a
+// report a push made names none, and the first answer names it).
 func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ballot, v Value, remaining time.Duration, copied bool) {
 	r, ok := o.reports[from]
+	later := ok && inc != 0 && inc != r.inc // another life, later (observeAnswer)
 	if ok && accepted.Less(r.accepted) {
-		if inc <= r.inc || p.faults.observeKeepsBallots {
-			return // a late message
+		if !later || (p.faults.observeIncOrder && inc < r.inc) || p.faults.observeKeepsBallots {
+			return // a late message of the life that said more
 		}
 		// A later life of the voter answers under a lower ballot than it
 		// reported before: it lost its state (within a life, ballots never
@@ -250,10 +304,15 @@ func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ball
 		// §3.2). Its word stands; a read says what the state is.
 		o.lost = true
 	}
+	incRound := r.incRound
+	if !ok || later {
+		incRound = o.round // first heard from this life now
+	}
 	if inc == 0 && ok {
 		inc = r.inc
 	}
-	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(), copy: copied, inc: inc}
+	o.reports[from] = obsReport{accepted: accepted, value: v, live: remaining > 0, remaining: remaining, at: p.clock.Now(),
+		copy: copied, inc: inc, incRound: incRound}
 }
 
 // evaluate reports the key's state if the voters settle it, and otherwise
@@ -287,6 +346,9 @@ func (p *Proposer) evaluate(o *observation) {
 		return
 	}
 	o.unsettledSince = 0
+	if o.read == nil && p.expiryInDoubt(o, st) {
+		p.observeRead(o)
+	}
 	p.offer(o, st, o.synced, false)
 	p.armObserve(o)
 }
@@ -346,22 +408,74 @@ func (p *Proposer) settle(o *observation) (KeyChange, bool) {
 		return KeyChange{}, false
 	}
 	if st.Value.Held {
-		ended := 0
 		for _, id := range p.m.Voters {
-			if r, ok := o.reports[id]; ok && r.value.sameGrant(st.Value) {
-				if r.live {
-					st.Remaining = max(st.Remaining, r.remaining)
-				} else {
-					ended++
-				}
+			if r, ok := o.reports[id]; ok && r.live && r.value.sameGrant(st.Value) {
+				st.Remaining = max(st.Remaining, r.remaining)
 			}
 		}
-		st.Live = ended < q
+		st.Live = !p.leaseEnded(o, st.Value)
 		if !st.Live {
 			st.Remaining = 0
 		}
 	}
 	return st, true
+}
+
+// leaseEnded reports whether the voters' reports show the lease of v's
+// grant ended (rule O4): a majority of them report the grant accepted at
+// one ballot B, as the write that began a lease period (v.Lease is B:
+// each accepted it itself and started its timer then; a copy, or a
+// write-back at a later ballot, may have no timer of it), with that timer
+// run out. Reports at different ballots never add up; see the top of the
+// file.
+func (p *Proposer) leaseEnded(o *observation, v Value) bool {
+	q := p.m.Majority()
+	for i, id := range p.m.Voters {
+		r, ok := o.reports[id]
+		if !ok || !p.endsLease(r, v) {
+			continue
+		}
+		n := 1
+		for _, other := range p.m.Voters[i+1:] {
+			if s, ok := o.reports[other]; ok && p.endsLease(s, v) && (s.accepted == r.accepted || p.faults.observeAnyBallotExpiry) {
+				n++
+			}
+		}
+		if n >= q {
+			return true
+		}
+	}
+	return false
+}
+
+// endsLease reports whether r is a voter's word that its timer of v's
+// grant ran out, at a ballot that began a lease period there.
+func (p *Proposer) endsLease(r obsReport, v Value) bool {
+	if p.faults.observeAnyBallotExpiry {
+		return !r.live && r.value.sameGrant(v) // any report, at any ballot
+	}
+	return !r.live && !r.copy && r.value.sameGrant(v) && r.accepted == r.value.Lease
+}
+
+// expiryInDoubt reports whether a majority of voters report st's lease
+// run out, though not at one ballot (leaseEnded), and some of them said so
+// after the last read began: a holder that crashed during a renewal, say,
+// leaves its voters at different ballots. A read settles it (a majority
+// at one ballot, or a write-back, orders it after every renewal that could
+// still succeed). A state already reported not live needs none, and while
+// no majority answers registrations no read would finish either.
+func (p *Proposer) expiryInDoubt(o *observation, st KeyChange) bool {
+	if !st.Live || (o.emitted && !o.last.Live && sameContent(o.last.Value, st.Value)) || len(o.answered) < p.m.Majority() {
+		return false
+	}
+	n, news := 0, false
+	for _, id := range p.m.Voters {
+		if r, ok := o.reports[id]; ok && !r.live && r.value.sameGrant(st.Value) {
+			n++
+			news = news || r.at > o.readAt
+		}
+	}
+	return n >= p.m.Majority() && news
 }
 
 // allShow reports whether every voter's report shows v's content.
@@ -430,7 +544,7 @@ func (p *Proposer) observeRead(o *observation) {
 	// was forgotten since: the read reports it at a ballot it prepared,
 	// which orders it after that state (see the top of the file).
 	x.readOrder = o.emitted && o.last.Value.Held && !p.faults.observeForgottenHeld
-	o.read, o.readRound, o.readEmits = x, o.round, o.emits
+	o.read, o.readRound, o.readEmits, o.readAt = x, o.round, o.emits, p.clock.Now()
 	o.lost = false
 }
 

@@ -1067,7 +1067,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 				}
 			}
 		}
-		if same < x.votes.m.Majority() {
+		if same < x.votes.m.Majority() || !p.readSettlesLive(base, hi, live) {
 			return false
 		}
 		p.conclude(x, OpResult{
@@ -1077,6 +1077,22 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 		return true
 	}
 	return false
+}
+
+// readSettlesLive reports whether a read may report base, which a majority
+// of voters accepted at hi (every one of them, if it prepared), live or
+// not as those voters' timers say (live: some timer of it runs). A grant
+// live at one of them is live. One whose timers all ran out ended only if
+// hi began a lease period (base.Lease): each of them started its timer on
+// accepting hi, so each answered after the holder's deadline for that
+// period, and a renewal after it that succeeded would have reached one of
+// them first (the proof of rule O4, proposer_observe.go). At a write-back's
+// ballot, voters that never timed the grant answer "no timer" at any time,
+// and a renewal through other voters may succeed after they answer: the
+// read writes the value back instead, which no renewal it missed lets
+// through (proposer_change.go, kindRead).
+func (p *Proposer) readSettlesLive(base Value, hi Ballot, live bool) bool {
+	return live || !base.Held || hi == base.Lease || p.faults.readExpiryAtWriteBack
 }
 
 // releaseUnderWay reports whether replies show the release of base's grant

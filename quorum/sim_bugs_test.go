@@ -223,6 +223,31 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// again under lower ballots, and an observer that saw it held
 		// before shows it held for good (O3).
 		f.prop.observeKeepsBallots = true
+	case "observe-any-ballot-expiry":
+		// Caught by a scripted run (TestObserveExpiryNeedsOneBallot) and by
+		// random observer runs (TestCheckerCatchesObserverExpiryAtAnyBallot):
+		// an observer reports a lease ended while its holder renews it
+		// through voters whose word has not reached the observer (O4).
+		f.prop.observeAnyBallotExpiry = true
+	case "read-expiry-at-write-back":
+		// Shown by a scripted run (TestReadExpiryNeedsALeaseBallot): a read
+		// reports a lease ended while its holder renews it (O4). Random
+		// runs cannot reach it: the voters a read counts must answer one
+		// round more than a Notice apart (the holder renews through one of
+		// them in between, before its lease's notice), and their round
+		// timeout (40 ms) is below the Notice (100 ms).
+		f.prop.readExpiryAtWriteBack = true
+	case "observe-inc-order":
+		// Shown by a scripted run (TestObserverAfterMajorityLossWithClocksSetBack)
+		// and step by step (TestObserverOrdersLivesByRounds): voters that
+		// lost their state restart with their wall clocks set back, and an
+		// observer takes their word for late messages and shows a released
+		// lease held for good. Random observer runs do not reach it (none
+		// of 400): they set clocks back only on restarts from a disk
+		// (simConfig.WallIncarnations), whose marks keep the ballots after
+		// a majority's loss above those before; without disks, a clock set
+		// back that far would break the tokens' wall-clock floor first.
+		f.prop.observeIncOrder = true
 	}
 }
 

@@ -89,6 +89,12 @@ type grantRec struct {
 	end    time.Duration // real: the deadline, or the release or crash
 	lost   bool
 	closed bool // released or crashed: end is final
+	// ballot is the ballot the grant was chosen at; notLiveAt is when an
+	// observer or a read first reported its lease ended, at that ballot or
+	// above, by notLiveBy (O4: a renewal must not outlast it).
+	ballot    Ballot
+	notLiveAt time.Duration
+	notLiveBy string
 }
 
 type chosenAt struct {
@@ -418,7 +424,7 @@ func (k *simChecker) granted(c *simClient, res OpResult) *grantRec {
 	s.stats.Grants++
 	g := &grantRec{
 		key: res.Key, token: res.Epoch, node: c.n, client: c,
-		start: s.now, end: c.n.clock.realAt(res.Deadline),
+		start: s.now, end: c.n.clock.realAt(res.Deadline), ballot: res.Ballot,
 	}
 	s.tracef("%s grants %q token %d to c%d until %v", c.n.id, g.key, g.token, c.id, g.end)
 	if g.token <= k.maxToken[g.key] {
@@ -524,6 +530,7 @@ func (k *simChecker) leaseEvent(n *simNode, ev LeaseEvent) {
 	end := n.clock.realAt(ev.Deadline)
 	if !g.closed && end > g.end {
 		g.end = end
+		k.renewedAfterEnd(g)
 		for _, h := range k.grants[g.key] {
 			if h != g && h.start > g.start && h.start < g.end {
 				s.failf("I1: renewal of %q token %d to %v overlaps the grant of token %d at %v",

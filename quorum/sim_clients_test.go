@@ -205,7 +205,7 @@ func (c *simClient) onResult(res OpResult) {
 	out := qt.Output{Outcome: outcomeName(res.Outcome), Unknown: res.Unknown, Epoch: res.Epoch}
 	switch c.state {
 	case cReading:
-		s.check.checkData(c.n, res.Key, res.Value, "read")
+		s.check.readDone(c, res)
 		out.Held, out.Holder = res.Value.Held, holderName(res.Value.Holder, res.Value.HolderInc)
 		out.AtLeast = !res.Value.Held && res.Value.Epoch != res.Epoch // the registers were dropped
 		s.check.history().Retime(c.hist, int64(c.n.clock.realAt(res.RoundStarted)))

@@ -125,6 +125,15 @@ type simConfig struct {
 	// last states can be checked against a mesh at rest.
 	Observe time.Duration
 	Quiet   time.Duration
+	// WallIncarnations (set with Observe: sim_observe_test.go) takes each
+	// life's incarnation from its node's wall clock at start, in
+	// nanoseconds, as the mesh does (otherwise lives are numbered in
+	// order), and sets the wall clock of a node with a disk back now and
+	// then as it restarts, past its last life's start: a later life then
+	// has a lower incarnation. (Without a disk, tokens after the loss of
+	// a majority's state rest on the wall clocks: see the package
+	// documentation.)
+	WallIncarnations bool
 	// Semaphore, when set, makes the clients take slots of a counting
 	// semaphore of this many holders instead of keys (sim_semaphore_test.go).
 	Semaphore int
@@ -377,6 +386,11 @@ type simNode struct {
 
 	name    string // holderName, of life nameInc
 	nameInc uint64
+
+	// What simConfig.WallIncarnations needs: every incarnation the node
+	// ran as, and how far its wall clock was set back (µs).
+	incs     []uint64
+	wallBack int64
 
 	disk    *simDisk // nil without (simConfig.Disks); survives crashes
 	noDisk  bool     // runs without a disk, which it lost (simConfig.DiskLoss)
@@ -650,13 +664,19 @@ func (s *sim) runUntil(t time.Duration) {
 // start boots a node with empty state, as after a crash.
 func (s *sim) start(n *simNode) {
 	n.up = true
-	n.inc = s.nextInc
-	s.nextInc++
 	n.lives++
 	n.clock = &simClock{
 		s:        s,
 		rate:     s.clockRate(n),
 		wallSkew: int64(s.rand.Intn(20000)) - 10000 - s.wallBack, // ±10ms
+	}
+	if s.cfg.WallIncarnations {
+		n.clock.wallSkew -= n.wallBack
+		s.maybeStepWall(n)
+		n.inc = wallIncarnation(n)
+	} else {
+		n.inc = s.nextInc
+		s.nextInc++
 	}
 	n.ttl = s.cfg.TTL
 	if s.cfg.Retime && s.now >= s.retimeAt() {
@@ -713,6 +733,31 @@ func (s *sim) start(n *simNode) {
 		}
 	}
 	s.flush(n)
+}
+
+// maybeStepWall sets the wall clock of n, restarting on its disk, back
+// below what it read when its last life began (by up to a second more),
+// one time in two (simConfig.WallIncarnations).
+func (s *sim) maybeStepWall(n *simNode) {
+	if len(n.incs) == 0 || n.disk == nil || s.rand.Intn(2) == 0 {
+		return
+	}
+	last := int64(n.incs[len(n.incs)-1] / 1000)
+	back := n.clock.WallMicros() - last + 1 + s.rand.Int63n(int64(time.Second/time.Microsecond))
+	n.wallBack += back
+	n.clock.wallSkew -= back
+	s.tracef("%s's wall clock is set back %v", n.id, time.Duration(back)*time.Microsecond)
+}
+
+// wallIncarnation is the incarnation of n's new life: its wall clock now,
+// in nanoseconds, as the mesh takes it (and never one of its lives before).
+func wallIncarnation(n *simNode) uint64 {
+	inc := uint64(n.clock.WallMicros()) * 1000
+	for slices.Contains(n.incs, inc) {
+		inc++
+	}
+	n.incs = append(n.incs, inc)
+	return inc
 }
 
 // clockRate draws the clock rate of n's new life (simConfig.Clocks).

@@ -19,7 +19,17 @@ import (
 //	O2 truth: every held state names a grant its holder wrote;
 //	O3 freshness: with the mesh at rest at the end of the run (simConfig.
 //	   Quiet: no client acts, every lease released), every observer's last
-//	   state of every key is free, or held by no live lease.
+//	   state of every key is free, or held by no live lease;
+//	O4 expiry: an observer reports a grant not live (Live false), or the
+//	   key free after it reported the grant live, only once the grant's
+//	   holder's interval has ended (in real time: its deadline passed, or it
+//	   released the grant or crashed), and no renewal moves that deadline
+//	   past the report later. A read that reports a held value not live
+//	   (OpResult.Live, what Mesh.Read shows) is held to the same rule. A
+//	   report at a ballot below the one the grant was chosen at says
+//	   nothing of it: it is of an earlier try of the acquire, written
+//	   before, whose timers may have run out at the voters before the
+//	   acquire took its own grant again.
 
 type obsLife struct {
 	node int
@@ -84,6 +94,7 @@ func (k *simChecker) observed(n *simNode, ch KeyChange) {
 		}
 	}
 	k.checkData(n, ch.Key, ch.Value, "observed state")
+	k.checkExpiry(n, log, ch)
 	if ch.Value.Held {
 		w := writeKey{key: ch.Key, writer: holderName(ch.Value.Holder, ch.Value.HolderInc), held: true, epoch: ch.Value.Epoch}
 		if _, ok := k.wrote[w]; !ok {
@@ -92,6 +103,65 @@ func (k *simChecker) observed(n *simNode, ch KeyChange) {
 	}
 	log.states = append(log.states, ch)
 	log.at = append(log.at, s.now)
+}
+
+// checkExpiry checks O4 on a state an observer reported: a held grant not
+// live, or the key free after the grant it last reported live.
+func (k *simChecker) checkExpiry(n *simNode, log *obsLog, ch KeyChange) {
+	who := string(n.id) + " observing"
+	switch last := len(log.states) - 1; {
+	case ch.Value.Held && !ch.Live:
+		k.notLiveReported(ch.Key, ch.Value.Epoch, ch.Ballot, who)
+	case !ch.Value.Held && last >= 0 && log.states[last].Value.Held && log.states[last].Live:
+		k.notLiveReported(ch.Key, log.states[last].Value.Epoch, ch.Ballot, who+" (free)")
+	}
+}
+
+// readDone checks what a client's read reports: its value (checkData)
+// and, if it reports a held value not live, O4.
+func (k *simChecker) readDone(c *simClient, res OpResult) {
+	k.checkData(c.n, res.Key, res.Value, "read")
+	if res.Outcome == ReadDone && res.Value.Held && !res.Live {
+		k.notLiveReported(res.Key, res.Value.Epoch, res.Accepted, fmt.Sprintf("c%d's read on %s", c.id, c.n.id))
+	}
+}
+
+// notLiveReported checks O4 when who reports key's grant of epoch ended,
+// at ballot b: its holder's interval must have ended. The report is kept
+// for renewedAfterEnd.
+func (k *simChecker) notLiveReported(key string, epoch uint64, b Ballot, who string) {
+	g := k.grantOf(key, epoch)
+	if g == nil || g.closed || b.Less(g.ballot) {
+		return // never granted to a client, released or crashed, or an earlier try's
+	}
+	if g.end > k.s.now {
+		k.s.failf("O4: %s reported %q token %d not live, while c%d on %s holds it until %v",
+			who, key, epoch, g.client.id, g.node.id, g.end)
+		return
+	}
+	if g.notLiveBy == "" {
+		g.notLiveAt, g.notLiveBy = k.s.now, who
+	}
+}
+
+// renewedAfterEnd checks O4 when a renewal moved g's deadline: no report
+// of its lease ended may come before the new deadline.
+func (k *simChecker) renewedAfterEnd(g *grantRec) {
+	if g.notLiveBy != "" && g.notLiveAt < g.end {
+		k.s.failf("O4: %s reported %q token %d not live at %v; a renewal then moved its holder's deadline to %v",
+			g.notLiveBy, g.key, g.token, g.notLiveAt, g.end)
+	}
+}
+
+// grantOf is the grant of key under token epoch, if a client was granted
+// it lately.
+func (k *simChecker) grantOf(key string, epoch uint64) *grantRec {
+	for _, g := range k.grants[key] {
+		if g.token == epoch {
+			return g
+		}
+	}
+	return nil
 }
 
 // lastHeldSince is the last held state in log written and reported after
@@ -189,10 +259,11 @@ func observing(c *simConfig) {
 	c.Observe = 300 * time.Millisecond
 	c.Quiet = 2 * time.Second
 	c.Updates = true
+	c.WallIncarnations = true
 }
 
 // TestSimulationObserve runs seeded runs with every node observing every
-// key through every fault of TestSimulation, and checks O1 to O3 on top of
+// key through every fault of TestSimulation, and checks O1 to O4 on top of
 // every other invariant.
 func TestSimulationObserve(t *testing.T) {
 	seeds := 40

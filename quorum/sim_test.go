@@ -27,7 +27,7 @@ var (
 	simStride = flag.Int64("sim.stride", 1, "step between TestSimulation's seeds: 2 from an even -sim.first runs only the seeds that change voters")
 	simReads  = flag.Float64("sim.reads", 0, "share of the clients' operations that are reads (default 0.15)")
 	simForget = flag.Bool("sim.forgetful", false, "every run's voters drop idle registers, and its proposers idle keys, all the time")
-	simObs    = flag.Bool("sim.observe", false, "every run's nodes observe every key, as TestSimulationObserve's runs do (checks O1 to O3 too)")
+	simObs    = flag.Bool("sim.observe", false, "every run's nodes observe every key, as TestSimulationObserve's runs do (checks O1 to O4 too)")
 )
 
 // soakConfig is seed's run with the voters given, as TestSimulation and
