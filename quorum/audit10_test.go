@@ -14,9 +14,9 @@ import (
 // voted since, so the asker is in the counted life's position and the
 // LostWith argument holds unchanged.
 
-// audit10Counted is the incarnation a's acceptor counted id's life as
+// countedLife is the incarnation a's acceptor counted id's life as
 // restarted with it (0: none, or a is down).
-func audit10Counted(a *simNode, id NodeID) uint64 {
+func countedLife(a *simNode, id NodeID) uint64 {
 	if !a.up || a.node == nil || a.node.acc == nil {
 		return 0
 	}
@@ -47,13 +47,13 @@ func audit10Counted(a *simNode, id NodeID) uint64 {
 // because B1 said so from its disk, and no life of B voted since; B2's
 // registers are as gone as B1's, and A's values since its start were
 // chosen without B.
-func TestAudit10QuietLifeCountedInAFullRestart(t *testing.T) {
+func TestQuietLifeCountedByAFullRestart(t *testing.T) {
 	for _, bug := range []string{"", "ignore-quiet"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit10FullRestart(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runQuietLifeInAFullRestart(t, bug) })
 	}
 }
 
-func audit10FullRestart(t *testing.T, bug string) {
+func runQuietLifeInAFullRestart(t *testing.T, bug string) {
 	cfg := faultFree(1, 3, 2, 4, 4)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -97,7 +97,7 @@ func audit10FullRestart(t *testing.T, bug string) {
 			case liveA == 0 && liveAcceptor(A):
 				liveA = s.now
 				fullRestart = A.node.acc.FloorOnly() && A.node.acc.amnesiac
-				counted = audit10Counted(A, B.id)
+				counted = countedLife(A, B.id)
 				if liveAcceptor(B) {
 					return // B1 voted first: the run does not reach its state
 				}
@@ -180,14 +180,14 @@ func audit10FullRestart(t *testing.T, bug string) {
 // keep-quiet C2 names C1, A answers LostWith, and C2 goes live on A's
 // word and B1's without X's writes: {B C E} hold none of them, and the
 // reads break I8 with no majority lost — in five voters as in three
-// (TestAudit9QuietLivesEndWhenALifeVotes).
-func TestAudit10FiveVotersQuietLivesEndWhenALifeVotes(t *testing.T) {
+// (TestQuietLivesEndWhenALifeVotes).
+func TestQuietLivesEndWhenALifeVotesOfFiveVoters(t *testing.T) {
 	for _, bug := range []string{"", "keep-quiet"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit10FiveVoters(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runQuietLivesOfFiveVoters(t, bug) })
 	}
 }
 
-func audit10FiveVoters(t *testing.T, bug string) {
+func runQuietLivesOfFiveVoters(t *testing.T, bug string) {
 	cfg := faultFree(1, 5, 2, 8, 8)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -232,7 +232,7 @@ func audit10FiveVoters(t *testing.T, bug string) {
 			switch {
 			case liveAC == 0 && liveAcceptor(A) && liveAcceptor(C):
 				liveAC = s.now
-				counted = map[NodeID]uint64{B.id: audit10Counted(A, B.id), C.id: audit10Counted(A, C.id)}
+				counted = map[NodeID]uint64{B.id: countedLife(A, B.id), C.id: countedLife(A, C.id)}
 				if liveAcceptor(B) {
 					return // the run does not reach its state
 				}
@@ -322,13 +322,13 @@ func audit10FiveVoters(t *testing.T, bug string) {
 // never voted since B1, so v3's {A B} majority that restartedMajority
 // assumes lost is exactly the situation B1 itself would have met had it
 // lived on. With ignore-quiet B2 waits for D until the heal.
-func TestAudit10QuietLivesAcrossVoterChanges(t *testing.T) {
+func TestQuietLivesAcrossVoterChanges(t *testing.T) {
 	for _, bug := range []string{"", "ignore-quiet"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit10Changes(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runQuietLivesAcrossChanges(t, bug) })
 	}
 }
 
-func audit10Changes(t *testing.T, bug string) {
+func runQuietLivesAcrossChanges(t *testing.T, bug string) {
 	cfg := faultFree(1, 3, 2, 4, 4)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -370,7 +370,7 @@ func audit10Changes(t *testing.T, bug string) {
 			switch {
 			case stage == 0 && liveAcceptor(A):
 				stage, liveA = 1, s.now
-				counted = audit10Counted(A, B.id)
+				counted = countedLife(A, B.id)
 				if liveAcceptor(B) {
 					return // B1 voted first: the run does not reach its state
 				}
@@ -453,19 +453,19 @@ func audit10Changes(t *testing.T, bug string) {
 //
 // No checker fires in any. Dropping lives only withholds a word; nothing
 // names a life it should not.
-func TestAudit10QuietLivesBounds(t *testing.T) {
+func TestQuietLivesAreBounded(t *testing.T) {
 	for _, c := range []struct {
 		restarts int
 		newDisk  bool
 		votes    bool
 	}{{7, false, true}, {8, false, false}, {1, true, false}} {
 		t.Run(fmt.Sprintf("restarts=%d/newDisk=%v", c.restarts, c.newDisk), func(t *testing.T) {
-			audit10Bounds(t, c.restarts, c.newDisk, c.votes)
+			runQuietLivesBound(t, c.restarts, c.newDisk, c.votes)
 		})
 	}
 }
 
-func audit10Bounds(t *testing.T, restarts int, newDisk, votes bool) {
+func runQuietLivesBound(t *testing.T, restarts int, newDisk, votes bool) {
 	cfg := faultFree(1, 3, 2, 1, 1)
 	cfg.Disks, cfg.WallBack = true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -527,7 +527,7 @@ func audit10Bounds(t *testing.T, restarts int, newDisk, votes bool) {
 		poll = func() {
 			if liveA == 0 && liveAcceptor(A) {
 				liveA = s.now
-				counted = audit10Counted(A, B.id)
+				counted = countedLife(A, B.id)
 				if liveAcceptor(B) {
 					return // B1 voted first: the run does not reach its state
 				}

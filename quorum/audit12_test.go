@@ -30,13 +30,13 @@ import (
 // back: n2 keeps k1 to the end and no voter peeks at it again. Each run
 // logs the peeks of k1 the voters answered after the lost forget (the
 // cost of the rule here: one forget's three peeks, then a write-back).
-func TestAudit12SweepFreesARegisterWhoseForgetOneVoterMissed(t *testing.T) {
+func TestSweepForgetsARegisterOneVotersForgetMissed(t *testing.T) {
 	for _, bug := range []string{"", "own-bucket-noncopies"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit12MissedForget(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runMissedForget(t, bug) })
 	}
 }
 
-func audit12MissedForget(t *testing.T, bug string) {
+func runMissedForget(t *testing.T, bug string) {
 	const leaked, held = "k1", "k2"
 	if bucketOf(leaked, 3) != 0 || bucketOf(held, 3) != 0 {
 		t.Fatalf("%s and %s are not n0's to sweep", leaked, held)
@@ -82,7 +82,7 @@ func audit12MissedForget(t *testing.T, bug string) {
 						cut := [2]int{n0.idx, n2.idx}
 						s.cut[cut] = true
 						s.after(50*time.Millisecond, func() { delete(s.cut, cut) })
-						s.after(250*time.Millisecond, func() { _, afterLoss = audit8Regs(s, leaked, 3) })
+						s.after(250*time.Millisecond, func() { _, afterLoss = registersOf(s, leaked, 3) })
 					}
 				}
 				prev(req, resp)
@@ -90,7 +90,7 @@ func audit12MissedForget(t *testing.T, bug string) {
 		}
 		for at := 2 * time.Second; at < cfg.Duration; at += 100 * time.Millisecond {
 			s.at(at, func() {
-				if h, _ := audit8Regs(s, leaked, 3); h == 0 && goneAt == 0 && lostAt > 0 {
+				if h, _ := registersOf(s, leaked, 3); h == 0 && goneAt == 0 && lostAt > 0 {
 					goneAt = s.now
 				}
 				for _, v := range s.nodes[:3] {

@@ -23,13 +23,13 @@ import (
 // free-live-grants frees a grant whatever the voters' timers say, and the
 // checkers catch it (I1).
 
-const a13Key = "k1" // n0's to sweep (bucket 0 of 3)
+const sweptKey = "k1" // n0's to sweep (bucket 0 of 3)
 
-// a13Watch hooks the voters' answers on a13Key: every write of a free
+// sweepWatch hooks the voters' answers on sweptKey: every write of a free
 // value over the grant by another node than its holder, and every forget,
 // is checked against the voters' timers at that moment; and the peeks,
 // prepares, accepts and forgets of the key answered are counted (the cost).
-type a13Watch struct {
+type sweepWatch struct {
 	holder  NodeID
 	grant   Value         // the grant, once written
 	end     time.Duration // real time: the holder's latest deadline, once known
@@ -38,13 +38,13 @@ type a13Watch struct {
 	ops     map[OpKind]int
 }
 
-func (w *a13Watch) hook(s *sim, holder NodeID) {
+func (w *sweepWatch) hook(s *sim, holder NodeID) {
 	w.holder, w.ops = holder, make(map[OpKind]int)
 	for _, v := range s.nodes[:3] {
 		prev := v.node.answered
 		v.node.answered = func(req *Request, resp *Response) {
 			for i, op := range req.Ops {
-				if op.Key != a13Key || i >= len(resp.Results) {
+				if op.Key != sweptKey || i >= len(resp.Results) {
 					continue
 				}
 				if op.Kind == OpAccept && op.Value.Held && op.Ballot.Node == holder {
@@ -67,8 +67,8 @@ func (w *a13Watch) hook(s *sim, holder NodeID) {
 					w.early = append(w.early, fmt.Sprintf("%v: %s's %v at %s before the holder's deadline %v", s.now, req.From, op.Kind, v.id, w.end))
 				}
 				for _, u := range s.nodes[:3] {
-					if r := audit5Acc(u); r != nil {
-						if reg := r.regs[a13Key]; reg != nil && reg.value.sameGrant(w.grant) && reg.remaining(u.clock.Now()) > 0 {
+					if r := acceptorOf(u); r != nil {
+						if reg := r.regs[sweptKey]; reg != nil && reg.value.sameGrant(w.grant) && reg.remaining(u.clock.Now()) > 0 {
 							w.early = append(w.early, fmt.Sprintf("%v: %s's %v at %s while %s times the grant (%v left)",
 								s.now, req.From, op.Kind, v.id, u.id, reg.remaining(u.clock.Now())))
 						}
@@ -80,21 +80,21 @@ func (w *a13Watch) hook(s *sim, holder NodeID) {
 	}
 }
 
-// a13Deadline is the holder's latest deadline (real time) of the grant of
-// a13Key it holds now.
-// a13Take has n's first client take the test's key at 1.5s and hold it
+// holderDeadline is the holder's latest deadline (real time) of the grant of
+// sweptKey it holds now.
+// holdSweptKey has n's first client take the test's key at 1.5s and hold it
 // for a minute.
-func a13Take(s *sim, n *simNode) {
+func holdSweptKey(s *sim, n *simNode) {
 	s.at(1500*time.Millisecond, func() {
 		c := n.clients[0]
 		c.holdTime = time.Minute
-		c.acquire(a13Key, true, time.Second)
+		c.acquire(sweptKey, true, time.Second)
 		s.flush(n)
 	})
 }
 
-func a13Deadline(s *sim) (time.Duration, uint64) {
-	gs := s.check.grants[a13Key]
+func holderDeadline(s *sim) (time.Duration, uint64) {
+	gs := s.check.grants[sweptKey]
 	if len(gs) == 0 {
 		return 0, 0
 	}
@@ -102,22 +102,22 @@ func a13Deadline(s *sim) (time.Duration, uint64) {
 	return g.end, g.token
 }
 
-// a13Kept are the voters that keep a register of a13Key.
-func a13Kept(s *sim) []NodeID {
+// keepingSweptKey are the voters that keep a register of sweptKey.
+func keepingSweptKey(s *sim) []NodeID {
 	var kept []NodeID
 	for _, v := range s.nodes[:3] {
-		if a := audit5Acc(v); a != nil && a.regs[a13Key] != nil {
+		if a := acceptorOf(v); a != nil && a.regs[sweptKey] != nil {
 			kept = append(kept, v.id)
 		}
 	}
 	return kept
 }
 
-// a13Config is the runs' mesh: voters n0..n2 with clocks fast at the
+// sweepConfig is the runs' mesh: voters n0..n2 with clocks fast at the
 // drift bound (their timers end soonest), lockers n3 and n4 slow (the
 // holder's deadline ends latest), one client each, registers idle after
 // 300ms.
-func a13Config(bug string) simConfig {
+func sweepConfig(bug string) simConfig {
 	cfg := faultFree(1, 3, 2, 1, 3)
 	cfg.Bug = bug
 	cfg.Clocks = "adversarial"
@@ -135,19 +135,19 @@ func a13Config(bug string) simConfig {
 // sweeps sent about k1 until it was gone (the cost). Fault
 // keep-expired-grants: every voter keeps the grant until n4 takes it, and
 // no sweep so much as peeks at it.
-func TestAudit13SweepFreesAGrantWhoseHolderCrashed(t *testing.T) {
+func TestSweepFreesAGrantWhoseHolderCrashed(t *testing.T) {
 	for _, bug := range []string{"", "keep-expired-grants"} {
-		t.Run("bug="+bug, func(t *testing.T) { a13Crashed(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runHolderCrashed(t, bug) })
 	}
 }
 
-func a13Crashed(t *testing.T, bug string) {
-	if bucketOf(a13Key, 3) != 0 {
-		t.Fatalf("%s is not n0's to sweep", a13Key)
+func runHolderCrashed(t *testing.T, bug string) {
+	if bucketOf(sweptKey, 3) != 0 {
+		t.Fatalf("%s is not n0's to sweep", sweptKey)
 	}
-	cfg := a13Config(bug)
+	cfg := sweepConfig(bug)
 	var (
-		w       a13Watch
+		w       sweepWatch
 		epoch   uint64
 		goneAt  time.Duration
 		keptAt6 []NodeID
@@ -157,49 +157,49 @@ func a13Crashed(t *testing.T, bug string) {
 	cfg.Script = func(s *sim) {
 		n3, n4 := s.nodes[3], s.nodes[4]
 		w.hook(s, n3.id)
-		a13Take(s, n3)
+		holdSweptKey(s, n3)
 		s.at(2*time.Second, func() {
-			w.end, epoch = a13Deadline(s)
+			w.end, epoch = holderDeadline(s)
 			s.crash(n3)
 		})
 		for at := 2 * time.Second; at < 7*time.Second; at += 50 * time.Millisecond {
 			s.at(at, func() {
-				if goneAt == 0 && len(a13Kept(s)) == 0 {
+				if goneAt == 0 && len(keepingSweptKey(s)) == 0 {
 					goneAt = s.now
 				}
 			})
 		}
-		s.at(6*time.Second, func() { keptAt6, opsAt6 = a13Kept(s), maps.Clone(w.ops) })
+		s.at(6*time.Second, func() { keptAt6, opsAt6 = keepingSweptKey(s), maps.Clone(w.ops) })
 		s.onResult = func(n *simNode, res OpResult) {
-			if n == n4 && res.Key == a13Key && !res.Internal && later.Outcome == 0 {
+			if n == n4 && res.Key == sweptKey && !res.Internal && later.Outcome == 0 {
 				later = res
 			}
 		}
 		s.at(7*time.Second, func() {
-			n4.clients[0].acquire(a13Key, true, time.Second)
+			n4.clients[0].acquire(sweptKey, true, time.Second)
 			s.flush(n4)
 		})
 	}
 	s := newSim(cfg)
 	s.run()
 	t.Logf("grant of epoch %d, holder's deadline %v; first freed at %v; no voter keeps %s from %v; kept at 6s by %v",
-		epoch, w.end, w.freedAt, a13Key, goneAt, keptAt6)
+		epoch, w.end, w.freedAt, sweptKey, goneAt, keptAt6)
 	t.Logf("sweeps' operations on %s answered by 6s: %v; in the run: forgotten %d, written back %d (%d expired grants freed); n4 at 7s: %v epoch %d",
-		a13Key, opsAt6, s.stats.Forgotten, s.stats.WrittenBack, s.stats.FreedExpired, later.Outcome, later.Epoch)
+		sweptKey, opsAt6, s.stats.Forgotten, s.stats.WrittenBack, s.stats.FreedExpired, later.Outcome, later.Epoch)
 	switch {
 	case len(s.fail) > 0:
 		t.Fatalf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
 	case epoch == 0:
-		t.Fatalf("n3 was never granted %s: the run does not reach its state", a13Key)
+		t.Fatalf("n3 was never granted %s: the run does not reach its state", sweptKey)
 	case len(w.early) > 0:
 		t.Fatalf("the grant was freed while its lease ran: %v", w.early)
 	case later.Outcome != Granted || later.Epoch <= epoch:
 		t.Fatalf("n4's acquire at 7s: %v epoch %d, want granted above %d", later.Outcome, later.Epoch, epoch)
 	case bug == "" && (goneAt == 0 || goneAt > 4*time.Second || len(keptAt6) > 0):
-		t.Fatalf("%v keep %s at 6s (no voter from %v): a grant whose holder crashed is kept for good", keptAt6, a13Key, goneAt)
+		t.Fatalf("%v keep %s at 6s (no voter from %v): a grant whose holder crashed is kept for good", keptAt6, sweptKey, goneAt)
 	case bug != "" && (len(keptAt6) != 3 || w.freedAt != 0 || len(opsAt6) > 0):
 		t.Fatalf("under %s %v keep %s at 6s, the sweeps sent %v, first freed at %v; want all three kept, nothing sent, never freed",
-			bug, keptAt6, a13Key, opsAt6, w.freedAt)
+			bug, keptAt6, sweptKey, opsAt6, w.freedAt)
 	}
 }
 
@@ -209,10 +209,10 @@ func a13Crashed(t *testing.T, bug string) {
 // timer runs out, and n0's sweep frees the grant and forgets it. The
 // release, which wrote nothing, must say NotHeld (as after a takeover),
 // and n4's acquire at 5s gets a token above n3's; no checker may fire.
-func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
-	cfg := a13Config("")
+func TestSweepFreesTheExpiredGrantOfACutOffHolder(t *testing.T) {
+	cfg := sweepConfig("")
 	var (
-		w       a13Watch
+		w       sweepWatch
 		epoch   uint64
 		release []OpResult
 		later   OpResult
@@ -232,10 +232,10 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 				}
 			}
 		}
-		a13Take(s, n3)
+		holdSweptKey(s, n3)
 		s.at(2*time.Second, func() { cut(true) })
 		s.at(2600*time.Millisecond, func() {
-			w.end, epoch = a13Deadline(s)
+			w.end, epoch = holderDeadline(s)
 			if c := n3.clients[0]; c.state == cHolding {
 				c.release()
 				s.flush(n3)
@@ -244,7 +244,7 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 		s.at(3200*time.Millisecond, func() { cut(false) })
 		s.onResult = func(n *simNode, res OpResult) {
 			switch {
-			case res.Key != a13Key:
+			case res.Key != sweptKey:
 			case n == n3 && s.now > 2600*time.Millisecond:
 				release = append(release, res)
 			case n == n4 && !res.Internal && later.Outcome == 0:
@@ -252,8 +252,8 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 			}
 		}
 		s.at(5*time.Second, func() {
-			kept = a13Kept(s)
-			n4.clients[0].acquire(a13Key, true, time.Second)
+			kept = keepingSweptKey(s)
+			n4.clients[0].acquire(sweptKey, true, time.Second)
 			s.flush(n4)
 		})
 	}
@@ -265,12 +265,12 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 	}
 	t.Logf("grant of epoch %d, holder's deadline %v; first freed at %v; kept at 5s by %v; n3's results after its release: %v; n4 at 5s: %v epoch %d",
 		epoch, w.end, w.freedAt, kept, got, later.Outcome, later.Epoch)
-	t.Logf("sweeps' operations on %s answered: %v", a13Key, w.ops)
+	t.Logf("sweeps' operations on %s answered: %v", sweptKey, w.ops)
 	switch {
 	case len(s.fail) > 0:
 		t.Fatalf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
 	case epoch == 0:
-		t.Fatalf("n3 was never granted %s: the run does not reach its state", a13Key)
+		t.Fatalf("n3 was never granted %s: the run does not reach its state", sweptKey)
 	case len(w.early) > 0:
 		t.Fatalf("the grant was freed while its lease ran: %v", w.early)
 	case w.freedAt == 0 || w.freedAt > 3200*time.Millisecond:
@@ -278,7 +278,7 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 	case len(release) != 1 || release[0].Outcome != NotHeld || release[0].Internal:
 		t.Fatalf("n3's release said %v, want NotHeld: the key was freed by a sweep, not by it", got)
 	case len(kept) > 0:
-		t.Fatalf("%v keep %s at 5s", kept, a13Key)
+		t.Fatalf("%v keep %s at 5s", kept, sweptKey)
 	case later.Outcome != Granted || later.Epoch <= epoch:
 		t.Fatalf("n4's acquire at 5s: %v epoch %d, want granted above %d", later.Outcome, later.Epoch, epoch)
 	}
@@ -292,16 +292,16 @@ func TestAudit13SweepFreesTheGrantOfACutOffHolder(t *testing.T) {
 // locked. Fault free-live-grants (the sweep frees whatever the timers say,
 // with a prepare that is not IfFree): n0 frees n3's live lease, n4's next
 // try is granted inside it, and the checker reports I1.
-func TestAudit13SweepLeavesALeaseAVoterStillTimes(t *testing.T) {
+func TestSweepLeavesALeaseAnyVoterStillTimes(t *testing.T) {
 	for _, bug := range []string{"", "free-live-grants"} {
-		t.Run("bug="+bug, func(t *testing.T) { a13LiveLease(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runLeaseAVoterStillTimes(t, bug) })
 	}
 }
 
-func a13LiveLease(t *testing.T, bug string) {
-	cfg := a13Config(bug)
+func runLeaseAVoterStillTimes(t *testing.T, bug string) {
+	cfg := sweepConfig(bug)
 	var (
-		w       a13Watch
+		w       sweepWatch
 		tries   []string
 		granted int
 		lost    int
@@ -309,7 +309,7 @@ func a13LiveLease(t *testing.T, bug string) {
 	cfg.Script = func(s *sim) {
 		n0, n3, n4 := s.nodes[0], s.nodes[3], s.nodes[4]
 		w.hook(s, n3.id)
-		a13Take(s, n3)
+		holdSweptKey(s, n3)
 		s.at(2*time.Second, func() {
 			s.cut[[2]int{n0.idx, n3.idx}] = true
 			s.cut[[2]int{n3.idx, n0.idx}] = true
@@ -317,13 +317,13 @@ func a13LiveLease(t *testing.T, bug string) {
 		for at := 2400 * time.Millisecond; at < cfg.Duration-time.Second; at += 400 * time.Millisecond {
 			s.at(at, func() {
 				if c := n4.clients[0]; c.state == cIdle {
-					c.acquire(a13Key, false, 0)
+					c.acquire(sweptKey, false, 0)
 					s.flush(n4)
 				}
 			})
 		}
 		s.onResult = func(n *simNode, res OpResult) {
-			if n == n4 && res.Key == a13Key && !res.Internal {
+			if n == n4 && res.Key == sweptKey && !res.Internal {
 				tries = append(tries, fmt.Sprintf("%v %v", s.now, res.Outcome))
 				if res.Outcome == Granted {
 					granted++
@@ -336,7 +336,7 @@ func a13LiveLease(t *testing.T, bug string) {
 	s := newSim(cfg)
 	s.run()
 	t.Logf("first freed at %v; sweeps' operations on %s answered: %v; n4's tries: %v; leases lost: %d",
-		w.freedAt, a13Key, w.ops, tries, lost)
+		w.freedAt, sweptKey, w.ops, tries, lost)
 	switch {
 	case bug != "":
 		if len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "I1") {
@@ -348,10 +348,10 @@ func a13LiveLease(t *testing.T, bug string) {
 	case len(w.early) > 0 || w.freedAt != 0:
 		t.Fatalf("a sweep freed n3's live lease (first at %v): %v", w.freedAt, w.early)
 	case w.ops[OpPeek] == 0:
-		t.Fatalf("no sweep peeked at %s: the run does not reach its state", a13Key)
+		t.Fatalf("no sweep peeked at %s: the run does not reach its state", sweptKey)
 	case lost > 0:
 		t.Fatalf("n3 lost %d leases", lost)
 	case len(tries) < 5 || granted > 0:
-		t.Fatalf("n4's tries %v: want at least five, none granted while n3 holds %s", tries, a13Key)
+		t.Fatalf("n4's tries %v: want at least five, none granted while n3 holds %s", tries, sweptKey)
 	}
 }

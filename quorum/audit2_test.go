@@ -31,13 +31,13 @@ import (
 // This failed on 077fba4 and before. Now such an acceptor's disk says it
 // voted, with its horizon and marks, as it goes live; "forget-amnesia-vote"
 // brings the old save back.
-func TestAudit2NewDiskVoterForgetsItVotedAfterARestart(t *testing.T) {
+func TestRecoveredNewDiskVoterRemembersItVoted(t *testing.T) {
 	for _, bug := range []string{"", "forget-amnesia-vote"} {
-		newDiskVoterForgetsItVoted(t, bug)
+		runNewDiskVoterRestartedAgain(t, bug)
 	}
 }
 
-func newDiskVoterForgetsItVoted(t *testing.T, bug string) {
+func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
 	cfg := faultFree(1, 3, 2, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -140,7 +140,7 @@ func newDiskVoterForgetsItVoted(t *testing.T, bug string) {
 // voter saying C1 plus itself: two of five) goes live in C0. n3 loses its
 // disk and restarts on a new one, catches up from all four others and
 // goes live holding a copy of C1 at b1. p2 prepares b2 at n0, n3 and n4.
-func TestAudit2NewDiskPrepareSavesNoCopy(t *testing.T) {
+func TestConfigPrepareOnANewDiskSavesNoCopy(t *testing.T) {
 	cfg := faultFree(1, 5, 4, 1, 1)
 	cfg.Disks, cfg.WallBack = true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -155,7 +155,7 @@ func TestAudit2NewDiskPrepareSavesNoCopy(t *testing.T) {
 		c1 := c0.Next(append(slices.Clone(c0.Voters), "n7"), true, n[7].inc)
 		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
 		b2 := Ballot{Counter: 1 << 22, Incarnation: 1001, Node: "p2"}
-		st := &auditStepper{t: t, c: c0}
+		st := &configStepper{t: t, c: c0}
 		s.at(1500*time.Millisecond, func() {
 			st.step(n[1], Op{Kind: OpPrepare, Ballot: b1}, true)
 			st.step(n[1], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
@@ -213,7 +213,7 @@ func TestAudit2NewDiskPrepareSavesNoCopy(t *testing.T) {
 //
 // Voters n0..n2, n2 without a disk. C1 (remove n0) is accepted at n1
 // alone, its proposer gone. n2 restarts. At 9 s it still does not vote.
-func TestAudit2DisklessVoterStuckBehindOneAbandonedAccept(t *testing.T) {
+func TestVoterChangeFreesAVoterWithoutDiskBehindAnAbandonedChange(t *testing.T) {
 	cfg := faultFree(1, 3, 2, 1, 1)
 	cfg.Disks, cfg.DisklessVoter, cfg.WallBack = true, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -229,7 +229,7 @@ func TestAudit2DisklessVoterStuckBehindOneAbandonedAccept(t *testing.T) {
 		c0 := s.boot
 		c1 := c0.Next(slices.DeleteFunc(slices.Clone(c0.Voters), func(v NodeID) bool { return v == "n0" }), true, 0)
 		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
-		st := &auditStepper{t: t, c: c0}
+		st := &configStepper{t: t, c: c0}
 		s.at(1500*time.Millisecond, func() {
 			if n[2].disk != nil {
 				t.Fatalf("n2 has a disk")

@@ -48,7 +48,7 @@ import (
 // A new disk no longer counts itself (neverVotedMajorities): n1 would wait
 // for n2's word. The run breaks that rule (trust-own-empty-disk) to reach
 // the state the second defence, restartedMajority's, is about.
-func TestAudit3FreshAnswerOfANewDiskVoterCountsAsRestarted(t *testing.T) {
+func TestFreshAnswerDoesNotCountAsARestartedVoter(t *testing.T) {
 	cfg := faultFree(1, 3, 1, 1, 2)
 	cfg.Bug = "trust-own-empty-disk"
 	cfg.Disks, cfg.WallBack = true, false

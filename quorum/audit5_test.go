@@ -10,17 +10,17 @@ import (
 // Audit of a8a5ac2: maybeGoLive's full-restart case and newerMaybeChosen's
 // count of voters that lost their disk.
 
-// audit5Acc returns n's acceptor, or nil when n is down.
-func audit5Acc(n *simNode) *Acceptor {
+// acceptorOf returns n's acceptor, or nil when n is down.
+func acceptorOf(n *simNode) *Acceptor {
 	if !n.up || n.node == nil {
 		return nil
 	}
 	return n.node.acc
 }
 
-// audit5State describes n's acceptor for the log.
-func audit5State(n *simNode) string {
-	a := audit5Acc(n)
+// describeAcceptor describes n's acceptor for the log.
+func describeAcceptor(n *simNode) string {
+	a := acceptorOf(n)
 	if a == nil {
 		return string(n.id) + ": down"
 	}
@@ -57,15 +57,15 @@ func audit5State(n *simNode) string {
 // With the full-restart case gated as the "enough" case is
 // ((a.restored || !a.newerMaybeChosen())), n0 waits (Recovery.NewerConfig
 // 2) in both.
-func TestAudit5FullRestartIgnoresANewerConfiguration(t *testing.T) {
+func TestFullRestartWaitsForANewerConfigurationThatMayBeChosen(t *testing.T) {
 	for _, lost := range []string{"none", "new"} {
-		t.Run(lost, func(t *testing.T) { audit5FullRestart(t, lost, "") })
+		t.Run(lost, func(t *testing.T) { runFullRestartWithANewerConfiguration(t, lost, "") })
 	}
 	// The fault takes the gate away again: I5 with the new disk.
-	t.Run("new/full-restart-ignores-newer", func(t *testing.T) { audit5FullRestart(t, "new", "full-restart-ignores-newer") })
+	t.Run("new/full-restart-ignores-newer", func(t *testing.T) { runFullRestartWithANewerConfiguration(t, "new", "full-restart-ignores-newer") })
 }
 
-func audit5FullRestart(t *testing.T, lost, bug string) {
+func runFullRestartWithANewerConfiguration(t *testing.T, lost, bug string) {
 	cfg := faultFree(1, 3, 3, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -143,14 +143,14 @@ func audit5FullRestart(t *testing.T, lost, bug string) {
 		var poll func()
 		poll = func() {
 			if n0Live == "" && liveAcceptor(n0) {
-				n0Live = audit5State(n0)
+				n0Live = describeAcceptor(n0)
 				n0FloorOnly = n0.node.acc.FloorOnly()
 			}
 			if n2Live == "" && liveAcceptor(n2) {
-				n2Live = audit5State(n2)
+				n2Live = describeAcceptor(n2)
 			}
 			if n0Live == "" {
-				if a := audit5Acc(n0); a != nil && a.catchUp != nil {
+				if a := acceptorOf(n0); a != nil && a.catchUp != nil {
 					n0NewerAtLive = a.newerMaybeChosenVersion()
 				}
 			}
@@ -163,7 +163,7 @@ func audit5FullRestart(t *testing.T, lost, bug string) {
 				return
 			}
 			if s.now > 6*time.Second {
-				t.Logf("at 6s: %s; %s; %s", audit5State(n0), audit5State(n1), audit5State(n2))
+				t.Logf("at 6s: %s; %s; %s", describeAcceptor(n0), describeAcceptor(n1), describeAcceptor(n2))
 				return
 			}
 			s.after(50*time.Microsecond, poll)
@@ -208,7 +208,7 @@ func audit5FullRestart(t *testing.T, lost, bug string) {
 // for hole B) keeps n0 and n2 waiting and the run clean; n1 alone in C0
 // decides nothing. Marking an amnesiac's answers not Durable (hole A
 // alone) does not: n1 then concludes a full restart instead.
-func TestAudit5LostDisksAnswerNoNewerConfig(t *testing.T) {
+func TestLostDisksCountAsMaybeAcceptingANewerConfiguration(t *testing.T) {
 	cfg := faultFree(1, 3, 3, 1, 1)
 	cfg.Disks, cfg.WallBack = true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -293,7 +293,7 @@ func TestAudit5LostDisksAnswerNoNewerConfig(t *testing.T) {
 		poll = func() {
 			for _, v := range n[:3] {
 				if live[v.id] == "" && liveAcceptor(v) {
-					live[v.id] = fmt.Sprintf("%v %s", s.now, audit5State(v))
+					live[v.id] = fmt.Sprintf("%v %s", s.now, describeAcceptor(v))
 				}
 			}
 			if len(live) == 3 {
@@ -310,7 +310,7 @@ func TestAudit5LostDisksAnswerNoNewerConfig(t *testing.T) {
 				return
 			}
 			if s.now > 7*time.Second {
-				t.Logf("at 7s: %s; %s; %s", audit5State(n0), audit5State(n1), audit5State(n2))
+				t.Logf("at 7s: %s; %s; %s", describeAcceptor(n0), describeAcceptor(n1), describeAcceptor(n2))
 				return
 			}
 			s.after(100*time.Microsecond, poll)

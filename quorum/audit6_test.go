@@ -34,13 +34,13 @@ import (
 // configurations with one id (I5). With the rule, n0 and n1 count n1 (and
 // n0) as unknown: three of five may have chosen C1, and they wait; n7's
 // change finds no majority of C0 that votes, and fails.
-func TestAudit6ForgottenAnswersCountAsUnknown(t *testing.T) {
+func TestAnswersOfVotersThatForgotCountAsUnheard(t *testing.T) {
 	for _, bug := range []string{"", "trust-forgotten"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit6Forgotten(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runNewDisksBehindAChosenChange(t, bug) })
 	}
 }
 
-func audit6Forgotten(t *testing.T, bug string) {
+func runNewDisksBehindAChosenChange(t *testing.T, bug string) {
 	cfg := faultFree(1, 5, 3, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -110,7 +110,7 @@ func audit6Forgotten(t *testing.T, bug string) {
 		poll = func() {
 			for _, v := range n[:3] {
 				if live[v.id] == "" && liveAcceptor(v) {
-					live[v.id] = fmt.Sprintf("%v %s", s.now, audit5State(v))
+					live[v.id] = fmt.Sprintf("%v %s", s.now, describeAcceptor(v))
 				}
 			}
 			if live["n0"] != "" || live["n1"] != "" || s.now > 5*time.Second {

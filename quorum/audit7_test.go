@@ -9,9 +9,9 @@ import (
 
 // Audit of f260d17: how a restarted voter recovers (acceptor_recovery.go).
 
-// audit7Reg describes n's register of key for the log.
-func audit7Reg(n *simNode, key string) string {
-	a := audit5Acc(n)
+// describeRegister describes n's register of key for the log.
+func describeRegister(n *simNode, key string) string {
+	a := acceptorOf(n)
 	if a == nil {
 		return string(n.id) + ": down"
 	}
@@ -58,13 +58,13 @@ func audit7Reg(n *simNode, key string) string {
 // Fixed: a peer that answers a bucket as a live voter, not on this
 // acceptor's word (no LostWith), no longer counts as lost. Fault
 // sticky-lost brings the old rule back.
-func TestAudit7StickyLostCountsARecoveredVoter(t *testing.T) {
+func TestRecoveredVoterNoLongerCountsAsLost(t *testing.T) {
 	for _, bug := range []string{"", "sticky-lost"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit7StickyLost(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runRestartsThatNeverOverlap(t, bug) })
 	}
 }
 
-func audit7StickyLost(t *testing.T, bug string) {
+func runRestartsThatNeverOverlap(t *testing.T, bug string) {
 	cfg := faultFree(1, 5, 2, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -107,7 +107,7 @@ func audit7StickyLost(t *testing.T, bug string) {
 		})
 		s.at(2800*time.Millisecond, func() {
 			if !liveAcceptor(B) || liveAcceptor(A) {
-				t.Fatalf("at 2.8s: %s; %s", audit5State(A), audit5State(B))
+				t.Fatalf("at 2.8s: %s; %s", describeAcceptor(A), describeAcceptor(B))
 			}
 			p := A.node.acc.catchUp.peers[0]
 			t.Logf("at 2.8s A's catch-up from B: done %v, counted as lost %v", p.done, p.lost)
@@ -126,7 +126,7 @@ func audit7StickyLost(t *testing.T, bug string) {
 			e1 = h.grant.token
 			s.crash(n5) // the holder dies; k0 stays held by its grant
 			for _, v := range n[:5] {
-				regsAt = append(regsAt, audit7Reg(v, "k0"))
+				regsAt = append(regsAt, describeRegister(v, "k0"))
 			}
 			// C restarts from its disk; A hears it, C does not hear B's
 			// old life nor D.
@@ -137,7 +137,7 @@ func audit7StickyLost(t *testing.T, bug string) {
 			s.start(C)
 		})
 		s.at(3300*time.Millisecond, func() {
-			aLive = audit5State(A)
+			aLive = describeAcceptor(A)
 			if !liveAcceptor(A) {
 				t.Logf("A does not vote at 3.3s: %s", aLive)
 			}
@@ -147,7 +147,7 @@ func audit7StickyLost(t *testing.T, bug string) {
 			s.start(B)
 		})
 		s.at(4200*time.Millisecond, func() {
-			cLive = audit5State(C)
+			cLive = describeAcceptor(C)
 			// n6 reads k0 where D cannot answer (B recovers still).
 			cutBoth(s, n6.idx, D.idx, true)
 			cutBoth(s, n6.idx, B.idx, true)
@@ -157,7 +157,7 @@ func audit7StickyLost(t *testing.T, bug string) {
 		})
 		s.at(4600*time.Millisecond, func() {
 			readDone = n6.clients[0].state == cIdle
-			readRes = fmt.Sprintf("%s; %s; %s", audit7Reg(A, "k0"), audit7Reg(C, "k0"), audit7Reg(E, "k0"))
+			readRes = fmt.Sprintf("%s; %s; %s", describeRegister(A, "k0"), describeRegister(C, "k0"), describeRegister(E, "k0"))
 		})
 	}
 	s := newSim(cfg)
@@ -208,14 +208,14 @@ func audit7StickyLost(t *testing.T, bug string) {
 // Fixed: the full-restart case counts, while a change is pending, a
 // majority of the voters before it too. Fault new-voters-only brings the
 // old count back.
-func TestAudit7PendingAddStallsAFullRestartOfThePrevMajority(t *testing.T) {
+func TestFullRestartDuringAPendingChangeCountsThePreviousVoters(t *testing.T) {
 	for _, c := range []string{"pending", "settled"} {
-		t.Run(c, func(t *testing.T) { audit7PendingStall(t, c, "") })
+		t.Run(c, func(t *testing.T) { runFullRestartDuringAPendingAdd(t, c, "") })
 	}
-	t.Run("pending/new-voters-only", func(t *testing.T) { audit7PendingStall(t, "pending", "new-voters-only") })
+	t.Run("pending/new-voters-only", func(t *testing.T) { runFullRestartDuringAPendingAdd(t, "pending", "new-voters-only") })
 }
 
-func audit7PendingStall(t *testing.T, c, bug string) {
+func runFullRestartDuringAPendingAdd(t *testing.T, c, bug string) {
 	cfg := faultFree(1, 3, 4, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -289,7 +289,7 @@ func audit7PendingStall(t *testing.T, c, bug string) {
 		})
 		s.at(4000*time.Millisecond, func() {
 			for _, v := range []*simNode{A, B} {
-				at4 = append(at4, audit5State(v))
+				at4 = append(at4, describeAcceptor(v))
 			}
 		})
 		s.at(4500*time.Millisecond, func() {
@@ -299,7 +299,7 @@ func audit7PendingStall(t *testing.T, c, bug string) {
 		})
 		s.at(7000*time.Millisecond, func() {
 			for _, v := range []*simNode{A, B} {
-				at7 = append(at7, audit5State(v))
+				at7 = append(at7, describeAcceptor(v))
 			}
 			m := n6.node.Membership()
 			removed = fmt.Sprintf("n6 on version %d %v pending %v", m.Version(), m.Voters, m.Pending)
@@ -369,13 +369,13 @@ func audit7PendingStall(t *testing.T, c, bug string) {
 // accepts a value in a round, and says so (Result.Copy); replies that
 // agree on a ballot show a chosen value only if none is a copy. Fault
 // copies-vote reports copies as votes again.
-func TestAudit7ConfigCopiesLookChosen(t *testing.T) {
+func TestCopiedConfigurationsAreNoVotes(t *testing.T) {
 	for _, bug := range []string{"", "copies-vote"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit7CopiesLookChosen(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runCopiedConfigurations(t, bug) })
 	}
 }
 
-func audit7CopiesLookChosen(t *testing.T, bug string) {
+func runCopiedConfigurations(t *testing.T, bug string) {
 	cfg := faultFree(1, 5, 4, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -395,7 +395,7 @@ func audit7CopiesLookChosen(t *testing.T, bug string) {
 		c1b := c0.Next(append(slices.Clone(c0.Voters), "n5"), true, 0)
 		b2 := Ballot{Counter: 200, Incarnation: 1000, Node: "p2"}
 		b3 := Ballot{Counter: 300, Incarnation: 1001, Node: "p3"}
-		st := &auditStepper{t: t, c: c0}
+		st := &configStepper{t: t, c: c0}
 		s.at(1000*time.Millisecond, func() {
 			h := n[5].clients[0]
 			h.holdTime = 50 * time.Millisecond
@@ -427,15 +427,15 @@ func audit7CopiesLookChosen(t *testing.T, bug string) {
 			s.start(n0)
 		})
 		s.at(3000*time.Millisecond, func() {
-			states = append(states, audit5State(n0))
+			states = append(states, describeAcceptor(n0))
 			s.crash(n2)
 			n2.disk = &simDisk{}
 			s.start(n2)
 		})
 		s.at(4500*time.Millisecond, func() {
-			states = append(states, audit5State(n2), audit5State(n4))
+			states = append(states, describeAcceptor(n2), describeAcceptor(n4))
 			for _, v := range n[:5] {
-				regs = append(regs, audit7Reg(v, ConfigKey))
+				regs = append(regs, describeRegister(v, ConfigKey))
 			}
 			cutBoth(s, n6.idx, n1.idx, true)
 			cutBoth(s, n6.idx, n4.idx, true)
@@ -460,7 +460,7 @@ func audit7CopiesLookChosen(t *testing.T, bug string) {
 			cutBoth(s, n4.idx, n3.idx, false)
 		})
 		s.at(6500*time.Millisecond, func() {
-			states = append(states, audit5State(n4))
+			states = append(states, describeAcceptor(n4))
 			cutBoth(s, n7.idx, n2.idx, true)
 			cutBoth(s, n7.idx, n3.idx, true)
 			changeFrom(t, s, n7, simChange{add: "n7"})

@@ -11,10 +11,10 @@ import (
 // Audit of 48ca0b0 (copies are no votes; lost peers clear; pending full
 // restarts) and f260d17 (Forgot answers).
 
-// audit8Regs lists which of the voters hold a register of key, and how.
-func audit8Regs(s *sim, key string, voters int) (held int, desc []string) {
+// registersOf lists which of the voters hold a register of key, and how.
+func registersOf(s *sim, key string, voters int) (held int, desc []string) {
 	for _, v := range s.nodes[:voters] {
-		a := audit5Acc(v)
+		a := acceptorOf(v)
 		if a == nil {
 			desc = append(desc, string(v.id)+": down")
 			continue
@@ -67,15 +67,15 @@ func audit8Regs(s *sim, key string, voters int) (held int, desc []string) {
 //
 // New in 48ca0b0: on f260d17 (no Copy) both runs forget the three keys.
 // Fixed: maybeForgetKey takes copies like any other answer.
-func TestAudit8CopiesAreNeverSwept(t *testing.T) {
+func TestSweepForgetsCopiedRegisters(t *testing.T) {
 	for _, cap := range []int{0, 2} {
 		for _, bug := range []string{"", "copies-vote"} {
-			t.Run(fmt.Sprintf("cap=%d/bug=%s", cap, bug), func(t *testing.T) { audit8CopiesNeverSwept(t, cap, bug) })
+			t.Run(fmt.Sprintf("cap=%d/bug=%s", cap, bug), func(t *testing.T) { runSweepOfCopies(t, cap, bug) })
 		}
 	}
 }
 
-func audit8CopiesNeverSwept(t *testing.T, cap int, bug string) {
+func runSweepOfCopies(t *testing.T, cap int, bug string) {
 	cfg := faultFree(1, 3, 2, 1, 3)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -117,7 +117,7 @@ func audit8CopiesNeverSwept(t *testing.T, cap int, bug string) {
 				return
 			}
 			for _, k := range keys {
-				_, d := audit8Regs(s, k, 3)
+				_, d := registersOf(s, k, 3)
 				at2 = append(at2, fmt.Sprintf("%s %v", k, d))
 				if r := n2.node.acc.regs[k]; r != nil && r.copied {
 					copied = true
@@ -140,7 +140,7 @@ func audit8CopiesNeverSwept(t *testing.T, cap int, bug string) {
 		})
 		s.at(6000*time.Millisecond, func() {
 			for _, k := range keys {
-				h, d := audit8Regs(s, k, 3)
+				h, d := registersOf(s, k, 3)
 				left += h
 				at6 = append(at6, fmt.Sprintf("%s %v", k, d))
 			}
@@ -182,12 +182,12 @@ func audit8CopiesNeverSwept(t *testing.T, cap int, bug string) {
 // (SweepCandidates). Faults no-sweep-write-back and own-bucket-sweeps
 // bring the old rules back, and the runs show the keys kept: all three,
 // and k0. As in
-// TestAudit8CopiesAreNeverSwept, every run logs the peeks of the three
+// TestSweepForgetsCopiedRegisters, every run logs the peeks of the three
 // keys between 3s and 6s, where a sweep storm would show (10 with the
 // fix, 45 under no-sweep-write-back; 5 and 25 over the cap), and the
 // prepares of them, which only sweeps' write-backs send after 1.4s: each
 // key is written back once at most (five prepares, one per voter).
-func TestAudit8DemotedCopiesAreNeverSwept(t *testing.T) {
+func TestSweepWritesBackAndForgetsDemotedCopies(t *testing.T) {
 	for _, c := range []struct {
 		cap  int
 		bug  string
@@ -199,11 +199,11 @@ func TestAudit8DemotedCopiesAreNeverSwept(t *testing.T) {
 		{2, "", nil},
 		{2, "no-sweep-write-back", []string{"k1", "k2"}}, // (k0 was dropped before the restart, over the cap)
 	} {
-		t.Run(fmt.Sprintf("cap=%d/bug=%s", c.cap, c.bug), func(t *testing.T) { audit8DemotedNeverSwept(t, c.cap, c.bug, c.kept) })
+		t.Run(fmt.Sprintf("cap=%d/bug=%s", c.cap, c.bug), func(t *testing.T) { runSweepOfDemotedCopies(t, c.cap, c.bug, c.kept) })
 	}
 }
 
-func audit8DemotedNeverSwept(t *testing.T, cap int, bug string, want []string) {
+func runSweepOfDemotedCopies(t *testing.T, cap int, bug string, want []string) {
 	cfg := faultFree(1, 5, 2, 1, 3)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -274,7 +274,7 @@ func audit8DemotedNeverSwept(t *testing.T, cap int, bug string, want []string) {
 		})
 		s.at(6000*time.Millisecond, func() {
 			for _, k := range keys {
-				h, d := audit8Regs(s, k, 5)
+				h, d := registersOf(s, k, 5)
 				if h > 0 {
 					kept = append(kept, k)
 				}

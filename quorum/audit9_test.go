@@ -38,13 +38,13 @@ import (
 // list (CatchUpRequest.Quiet); A answers LostWith if it holds the life it
 // counted, for then no life of B voted since. Fault ignore-quiet brings
 // the stall back.
-func TestAudit8PartnerRestartedAgainCountsTheLiveVoter(t *testing.T) {
+func TestPartnerRestartedAgainGetsTheLiveVotersWord(t *testing.T) {
 	for _, c := range []struct{ restarts, bug string }{{"once", ""}, {"twice", ""}, {"twice", "ignore-quiet"}} {
-		t.Run(c.restarts+"/"+c.bug, func(t *testing.T) { audit8PartnerAgain(t, c.restarts, c.bug) })
+		t.Run(c.restarts+"/"+c.bug, func(t *testing.T) { runPartnerRestartedAgain(t, c.restarts, c.bug) })
 	}
 }
 
-func audit8PartnerAgain(t *testing.T, c, bug string) {
+func runPartnerRestartedAgain(t *testing.T, c, bug string) {
 	cfg := faultFree(1, 3, 2, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -96,7 +96,7 @@ func audit8PartnerAgain(t *testing.T, c, bug string) {
 		}
 		s.at(1500*time.Millisecond, poll)
 		s.at(8*time.Second, func() {
-			at8 = append(at8, audit5State(A), audit5State(B))
+			at8 = append(at8, describeAcceptor(A), describeAcceptor(B))
 		})
 	}
 	s := newSim(cfg)
@@ -132,13 +132,13 @@ func audit8PartnerAgain(t *testing.T, c, bug string) {
 // and C, and a read finds a register older than X's release (I8). With
 // the rule kept, B's new life waits for C's catch-up and A's, and the
 // reads wait for the heal.
-func TestAudit9QuietLivesEndWhenALifeVotes(t *testing.T) {
+func TestQuietLivesEndWhenALifeVotes(t *testing.T) {
 	for _, bug := range []string{"", "keep-quiet"} {
-		t.Run("bug="+bug, func(t *testing.T) { audit9QuietEnds(t, bug) })
+		t.Run("bug="+bug, func(t *testing.T) { runQuietLivesEnd(t, bug) })
 	}
 }
 
-func audit9QuietEnds(t *testing.T, bug string) {
+func runQuietLivesEnd(t *testing.T, bug string) {
 	cfg := faultFree(1, 3, 2, 8, 8)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""

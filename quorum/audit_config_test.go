@@ -13,13 +13,13 @@ import (
 
 // auditStep drives one operation on ConfigKey straight into v's acceptor,
 // as a proposer of configuration c would, and checks whether it succeeded.
-type auditStepper struct {
+type configStepper struct {
 	t    *testing.T
 	c    Membership
 	opID uint64
 }
 
-func (st *auditStepper) step(v *simNode, op Op, ok bool) {
+func (st *configStepper) step(v *simNode, op Op, ok bool) {
 	st.t.Helper()
 	st.opID++
 	op.ID, op.Key = st.opID, ConfigKey
@@ -44,7 +44,7 @@ func (st *auditStepper) step(v *simNode, op Op, ok bool) {
 // configuration register at all (its disk kept every vote it cast there):
 // n3 has no copy to save. (With "count-copied-config", which brings the
 // copy and its counting back, n3 adopts C1 at its first restart already;
-// TestReviewListingRestartedVoterAdoptsOnlyAChosenConfiguration shows that
+// TestRestartedVoterAdoptsOnlyAChosenConfiguration shows that
 // fault breaking I5.)
 //
 // Of five voters, p1 gets C1 (add n7) accepted at n1 and n2 at b1. n3
@@ -56,7 +56,7 @@ func (st *auditStepper) step(v *simNode, op Op, ok bool) {
 // again, hearing only n1 and n2: its "own vote" at b1 with theirs makes
 // three of five, and it adopts C1. A change from n5, reading the register
 // at {n0 n1 n4}, finds C1' at the higher ballot and chooses it: I5.
-func TestAuditPrepareSavesACopiedConfigAsOwnVote(t *testing.T) {
+func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 	cfg := faultFree(1, 5, 4, 1, 1)
 	cfg.Disks, cfg.WallBack = true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -73,7 +73,7 @@ func TestAuditPrepareSavesACopiedConfigAsOwnVote(t *testing.T) {
 		c1x := c0.Next(append(slices.Clone(c0.Voters), "n8"), true, n[8].inc)
 		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
 		b2 := Ballot{Counter: 1 << 22, Incarnation: 1001, Node: "p2"} // above n3's ballot mark
-		st := &auditStepper{t: t, c: c0}
+		st := &configStepper{t: t, c: c0}
 		s.at(1200*time.Millisecond, func() {
 			h := n[5].clients[0]
 			h.holdTime = 50 * time.Millisecond
@@ -180,15 +180,15 @@ func TestAuditPrepareSavesACopiedConfigAsOwnVote(t *testing.T) {
 // acceptor that was not restored from its disk counts itself as one that
 // may have accepted any newer configuration, and waits; "forget-own-vote"
 // brings the old count back.
-func TestAuditAmnesiacVoterThatAcceptedTheNewConfiguration(t *testing.T) {
+func TestVoterWithoutItsDiskCountsItselfAsMaybeAccepting(t *testing.T) {
 	for _, lost := range []string{"none", "new"} {
 		for _, bug := range []string{"", "forget-own-vote"} {
-			t.Run(lost+"/"+bug, func(t *testing.T) { amnesiacVoterThatAccepted(t, lost, bug) })
+			t.Run(lost+"/"+bug, func(t *testing.T) { runVoterWithoutDiskThatAccepted(t, lost, bug) })
 		}
 	}
 }
 
-func amnesiacVoterThatAccepted(t *testing.T, lost, bug string) {
+func runVoterWithoutDiskThatAccepted(t *testing.T, lost, bug string) {
 	cfg := faultFree(1, 4, 3, 1, 1)
 	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
 	cfg.Drift, cfg.Clocks = 0, ""
@@ -315,13 +315,13 @@ func amnesiacVoterThatAccepted(t *testing.T, lost, bug string) {
 // it); C1 accepted at n1 and n2 at one ballot; n4 restarts from its disk.
 // In both, the restarted voter never votes again, and its Recovery names
 // nothing it waits for.
-func TestAuditRestoredVoterStuckBehindAnAbandonedChange(t *testing.T) {
+func TestRestoredVoterVotesAgainBehindAnAbandonedChange(t *testing.T) {
 	for _, c := range []string{"ballots", "down"} {
-		t.Run(c, func(t *testing.T) { restoredVoterStuck(t, c) })
+		t.Run(c, func(t *testing.T) { runRestoredVoterBehindAnAbandonedChange(t, c) })
 	}
 }
 
-func restoredVoterStuck(t *testing.T, c string) {
+func runRestoredVoterBehindAnAbandonedChange(t *testing.T, c string) {
 	voters, restarted := 3, 0
 	if c == "down" {
 		voters, restarted = 5, 4
@@ -341,7 +341,7 @@ func restoredVoterStuck(t *testing.T, c string) {
 		c1 := c0.Next(slices.DeleteFunc(slices.Clone(c0.Voters), func(v NodeID) bool { return v == "n0" }), true, 0)
 		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
 		b2 := Ballot{Counter: 200, Incarnation: 1001, Node: "p2"}
-		st := &auditStepper{t: t, c: c0}
+		st := &configStepper{t: t, c: c0}
 		s.at(1200*time.Millisecond, func() {
 			h := n[voters].clients[0]
 			h.holdTime = 50 * time.Millisecond

@@ -28,7 +28,7 @@ import (
 // With "list-counts-copies" the voters' listing answers carry no copy flag
 // (as before the rule): the merge counts b's copy with a's vote, settles
 // the key as held by p1 and lists it without a read.
-func TestReviewListingCopiesAreNoVotes(t *testing.T) {
+func TestListingCountsNoCopyAsAVote(t *testing.T) {
 	for _, bug := range []string{"", "list-counts-copies"} {
 		held, unsettled, read := listingAcrossACopy(t, bug)
 		t.Logf("bug %q: the merge lists %v held, %q unsettled; a read then finds %v", bug, held, unsettled, read.Value)

@@ -47,7 +47,7 @@ func liveAcceptor(n *simNode) bool {
 // granted above E by {n1 n2 n3}. With "skip-prev-catch-up" n2 goes live on
 // the word of n1 and n3 (a majority of the new voters less itself), lists
 // nothing, k0 is not moved, and the grant after the change is below E: I2.
-func TestReviewListingRestartedVoterAnswersOnlyOnceCaughtUp(t *testing.T) {
+func TestRestartedVoterListsKeysOnlyOnceCaughtUp(t *testing.T) {
 	for _, bug := range []string{"", "skip-prev-catch-up"} {
 		cfg := faultFree(1, 3, 3, 1, 1)
 		cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
@@ -179,7 +179,7 @@ func TestReviewListingRestartedVoterAnswersOnlyOnceCaughtUp(t *testing.T) {
 // register as its own vote and adopted C1 (see the next test). Then n3's
 // client must not be granted k0 below E. With "ignore-newer-config" n3 goes
 // live in C0 and {n1 n2 n3} grants k0 again, below E: I2.
-func TestReviewListingCatchUpInAReplacedConfiguration(t *testing.T) {
+func TestVoterWithoutDiskDoesNotVoteInAReplacedConfiguration(t *testing.T) {
 	for _, bug := range []string{"", "ignore-newer-config"} {
 		cfg := faultFree(1, 4, 3, 1, 1)
 		cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
@@ -297,7 +297,7 @@ func TestReviewListingCatchUpInAReplacedConfiguration(t *testing.T) {
 // register), waits while C1 may have been chosen (n0 has not answered), and
 // adopts what the mesh chose. "count-copied-config" brings the miscount
 // back.
-func TestReviewListingRestartedVoterAdoptsOnlyAChosenConfiguration(t *testing.T) {
+func TestRestartedVoterAdoptsOnlyAChosenConfiguration(t *testing.T) {
 	for _, bug := range []string{"", "count-copied-config"} {
 		adoptsOnlyAChosenConfiguration(t, bug)
 	}

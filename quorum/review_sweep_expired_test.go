@@ -17,8 +17,8 @@ import (
 // Released: finish marks the op done (phaseDone) before reportSwept looks
 // at x.phase, so every report said NoQuorum and Unknown, whatever the
 // voters accepted.
-func TestReviewSweptReportsReleasedWhenEveryVoterAccepted(t *testing.T) {
-	cfg := a13Config("")
+func TestSweepReportsReleasedWhenEveryVoterAccepted(t *testing.T) {
+	cfg := sweepConfig("")
 	var (
 		swept []OpResult
 		kept  []NodeID
@@ -28,7 +28,7 @@ func TestReviewSweptReportsReleasedWhenEveryVoterAccepted(t *testing.T) {
 		s.at(1500*time.Millisecond, func() {
 			c := n3.clients[0]
 			c.holdTime = time.Minute
-			c.acquire(a13Key, true, time.Second)
+			c.acquire(sweptKey, true, time.Second)
 			s.flush(n3)
 		})
 		s.at(2*time.Second, func() { s.crash(n3) })
@@ -37,7 +37,7 @@ func TestReviewSweptReportsReleasedWhenEveryVoterAccepted(t *testing.T) {
 				swept = append(swept, res)
 			}
 		}
-		s.at(6*time.Second, func() { kept = a13Kept(s) })
+		s.at(6*time.Second, func() { kept = keepingSweptKey(s) })
 	}
 	s := newSim(cfg)
 	s.run()
@@ -56,14 +56,14 @@ func TestReviewSweptReportsReleasedWhenEveryVoterAccepted(t *testing.T) {
 	}
 }
 
-// reviewLiveLeases runs 24 long leases of n3 (keys k0..k23) over voters
+// runLiveLeasesOverTheCap runs 24 long leases of n3 (keys k0..k23) over voters
 // that keep at most 8 registers, with n0 cut off from n3 from 2s (or, with
 // restart, n0 crashing at 2s and starting again at once: n3's
 // one-round-trip renewals leave out its new life): n1 and n2 renew every
 // lease, and n0 no longer times any. It returns the peeks of n0's sweeps
 // answered from 4s to 8s, the forgets among its requests, and the leases
 // lost.
-func reviewLiveLeases(t *testing.T, bug string, restart bool) (peeks, forgets, lost int, s *sim) {
+func runLiveLeasesOverTheCap(t *testing.T, bug string, restart bool) (peeks, forgets, lost int, s *sim) {
 	const keys = 24
 	cfg := faultFree(1, 3, 1, keys, keys)
 	cfg.Bug = bug
@@ -132,11 +132,11 @@ func reviewLiveLeases(t *testing.T, bug string, restart bool) (peeks, forgets, l
 // single lost accept does for good), sees 24 live leases over a cap of 8.
 // Measured: see the log. The bound asserted is generous: at most three
 // peeks per lease per RegisterIdle (the change's own figure) times ten.
-func TestReviewSweepsOfLiveLeasesOverTheCapStorm(t *testing.T) {
+func TestSweepsOfLiveLeasesOverTheCapAreBounded(t *testing.T) {
 	for _, restart := range []bool{false, true} {
 		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
-			basePeeks, baseForgets, baseLost, _ := reviewLiveLeases(t, "keep-expired-grants", restart)
-			peeks, forgets, lost, s := reviewLiveLeases(t, "", restart)
+			basePeeks, baseForgets, baseLost, _ := runLiveLeasesOverTheCap(t, "keep-expired-grants", restart)
+			peeks, forgets, lost, s := runLiveLeasesOverTheCap(t, "", restart)
 			idle := s.nodes[0].node.acc.cfg.RegisterIdle
 			t.Logf("n0's sweeps from 4s to 8s, 24 live leases n0 does not time, cap 8, RegisterIdle %v: peeks %d, forgets %d, leases lost %d (keep-expired-grants: peeks %d, forgets %d, lost %d)",
 				idle, peeks, forgets, lost, basePeeks, baseForgets, baseLost)
@@ -158,7 +158,7 @@ func TestReviewSweepsOfLiveLeasesOverTheCapStorm(t *testing.T) {
 // renewal's accepts reach a voter late, near or past its timer's end,
 // interleaved with the sweeps' peeks, prepares and accepts. Not a
 // digest-pinned family: its runs may change with any rule.
-func TestReviewSweepRacesLateRenewalsAtRandom(t *testing.T) {
+func TestSimulationSweepRacesLateRenewals(t *testing.T) {
 	skipUnderRace(t)
 	seeds := int64(40)
 	if *simSeeds > 0 {

@@ -59,7 +59,7 @@ func (l *ballotLog) see(waves [][]Request, from NodeID, key string) {
 // ballots again at counter 1 and so reused ballots of this incarnation. Two
 // values at one ballot break Paxos: a reader may pick the stale one and
 // write it back over a live grant.
-func TestReviewNoBallotReuseAfterForgettingAKey(t *testing.T) {
+func TestNoBallotReuseAfterForgettingAKey(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1")
 	c.restartProposer("p1", func(cfg *ProposerConfig) { cfg.MaxIdleKeys = 1 })
 	log := &ballotLog{t: t}
@@ -98,7 +98,7 @@ func faultFree(seed int64, voters, proposers, clients, keys int) simConfig {
 // timer for it, and every later acquire — the two racers' included — took
 // those timers for a live lease and parked for about a TTL. Without faults
 // a released key must go to a waiter within a few round trips (I9).
-func TestReviewHandOverNeverWaitsOutAnUnchosenGrant(t *testing.T) {
+func TestHandOverNeverWaitsOutAnUnchosenGrant(t *testing.T) {
 	var worst time.Duration
 	for seed := int64(1); seed <= 40; seed++ {
 		s := newSim(faultFree(seed, 3, 1, 2, 1)) // 8 clients on one key
@@ -111,7 +111,7 @@ func TestReviewHandOverNeverWaitsOutAnUnchosenGrant(t *testing.T) {
 	t.Logf("longest hand-over in 40 fault-free runs: %v", worst)
 }
 
-func TestReviewReplayFaultFree(t *testing.T) {
+func TestSimulationReplayFaultFree(t *testing.T) {
 	if *simSeed == 0 {
 		t.Skip("no -sim.seed")
 	}
@@ -126,7 +126,7 @@ func TestReviewReplayFaultFree(t *testing.T) {
 // and each such waiter cost the next one a hand-off grace. A node now
 // leaves the lines when no acquire of it waits for the key any more, and
 // declines a key it is told of but no longer wants.
-func TestReviewWaiterThatGivesUpLeavesTheLine(t *testing.T) {
+func TestWaiterThatGivesUpLeavesTheLine(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1", "p2", "p3")
 	g := c.mustGrant("p1", "k")
 	p2 := c.node("p2")
@@ -162,7 +162,7 @@ func TestReviewWaiterThatGivesUpLeavesTheLine(t *testing.T) {
 
 // A node told of a free key that no acquire of it waits for any more
 // declines it at once, and the voter tells the next waiter.
-func TestReviewNotifiedNodeWithoutWaiterDeclines(t *testing.T) {
+func TestNotifiedNodeWithoutWaiterDeclines(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1")
 	p1 := c.node("p1")
 	p1.prop.HandleNotify(&Notify{Config: c.m.ID, From: "b", To: "p1", Keys: []string{"k"}, Promised: []uint64{9}})
@@ -178,7 +178,7 @@ func TestReviewNotifiedNodeWithoutWaiterDeclines(t *testing.T) {
 // without a timer. Here a lowers MaxTTL from 1 s to 200 ms across a
 // restart; p2, cut off from b (the other voter timing p1's lease), must not
 // be granted the key while p1 holds it.
-func TestReviewRestartWithShorterMaxTTLKeepsExclusion(t *testing.T) {
+func TestRestartWithLowerMaxTTLKeepsExclusion(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1", "p2")
 	c.cut["c"] = true // p1's grant lands on a and b
 	g := c.mustGrant("p1", "k")
@@ -220,7 +220,7 @@ func TestReviewRestartWithShorterMaxTTLKeepsExclusion(t *testing.T) {
 // carries the time left. Here the holder crashes with most of its lease to
 // run, a voter is removed (the key moves), and a waiter must be granted
 // when the lease ends, not a TTL after the move.
-func TestReviewVoterChangeCarriesTheTimeLeft(t *testing.T) {
+func TestMovedLeaseKeepsOnlyItsTimeLeft(t *testing.T) {
 	for _, bug := range []string{"", "migrate-full-ttl"} {
 		leaseEnd, granted := voterChangeUnderCrashedHolder(t, bug)
 		late := granted-leaseEnd > time.Second/4
@@ -293,7 +293,7 @@ func voterChangeUnderCrashedHolder(t *testing.T, bug string) (leaseEnd, granted 
 // returns to a configuration older than the newest it adopted: n1 and n2
 // stay retired, n0 waits for n3 or n4. ("forget-config" is the old rule: a
 // restart ignores the configuration its disk kept.)
-func TestReviewRestartedFoundersDoNotResurrectOldVoters(t *testing.T) {
+func TestRestartedFoundersDoNotResurrectAReplacedConfiguration(t *testing.T) {
 	for _, bug := range []string{"", "forget-config"} {
 		s, granted := restartFoundersAfterChanges(t, bug)
 		switch {
