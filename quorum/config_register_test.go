@@ -7,55 +7,33 @@ import (
 	"time"
 )
 
-// Audit of caf3d7f ("a catch-up's copy of the voters' register is no
-// vote"): scripted runs against ownNewerConfig, chosenNewer and
-// newerMaybeChosen.
+// The configuration register's votes (design.md R43, R68): only a voter's
+// own vote, from its disk, counts toward a chosen configuration. A copy
+// merged in a catch-up is no vote, whether a restarted voter counts it, a
+// prepare saves it, or copies at several voters look like a majority at
+// one ballot. The scenarios step prepares and accepts of the register
+// straight into the voters (configStepper), as proposers that died in the
+// middle of a change would have left them.
 
-// auditStep drives one operation on ConfigKey straight into v's acceptor,
-// as a proposer of configuration c would, and checks whether it succeeded.
-type configStepper struct {
-	t    *testing.T
-	c    Membership
-	opID uint64
-}
-
-func (st *configStepper) step(v *simNode, op Op, ok bool) {
-	st.t.Helper()
-	st.opID++
-	op.ID, op.Key = st.opID, ConfigKey
-	if op.Kind == OpAccept {
-		op.Inc = v.inc
-	}
-	resp := v.node.acc.HandleRequest(&Request{Config: st.c.ID, From: op.Ballot.Node, To: v.id, Ops: []Op{op}})
-	if got := resp.Status == StatusOK && resp.Results[0].OK; got != ok {
-		st.t.Fatalf("%s answered %v %v: status %v, %+v", v.id, op.Kind, op.Ballot, resp.Status, resp.Results)
-	}
-}
-
-// A prepare on ConfigKey saves the register "as it is about to be"
-// (handlePrepare: persistConfigRegister(op.Ballot, r.accepted, r.value)).
-// After a catch-up, r.accepted and r.value may be a copy merged from
-// another voter, and from then on the disk, which ownNewerConfig reads as
-// the acceptor's own vote, says the acceptor accepted it. This is the
-// miscount caf3d7f removes, come back through the disk.
-//
-// Now a prepare saves the disk's own accepted value with its new promise,
-// and an acceptor restored from its disk merges no copy of the
-// configuration register at all (its disk kept every vote it cast there):
-// n3 has no copy to save. (With "count-copied-config", which brings the
-// copy and its counting back, n3 adopts C1 at its first restart already;
-// TestRestartedVoterAdoptsOnlyAChosenConfiguration shows that
-// fault breaking I5.)
+// A voter's prepare of the configuration register saves the vote its disk
+// holds with the new promise, never a copy merged in a catch-up; and a voter
+// restored from its disk merges no copy of that register at all, its disk
+// having kept every vote it cast there (design.md R68). A copy saved as the
+// voter's vote would be counted at its next restart. (Fault
+// count-copied-config, which brings the copy and its counting back, makes
+// n3 adopt C1 at its first restart already;
+// TestRestartedVoterAdoptsOnlyAChosenConfiguration shows that fault
+// breaking I5.)
 //
 // Of five voters, p1 gets C1 (add n7) accepted at n1 and n2 at b1. n3
 // restarts from its disk and catches up from all four others: C1 cannot
-// have been chosen (two of five say they accepted it), so it goes live,
-// its register holding a copy of C1 at b1. p2 then prepares b2 at n0, n3
-// and n4 (n3 saves {b2, b1, C1}: the copy, as its own vote) and gets C1'
-// (add n8) accepted at n0 alone. Nothing was ever chosen. n3 restarts
-// again, hearing only n1 and n2: its "own vote" at b1 with theirs makes
-// three of five, and it adopts C1. A change from n5, reading the register
-// at {n0 n1 n4}, finds C1' at the higher ballot and chooses it: I5.
+// have been chosen (two of five say they accepted it), so n3 goes live,
+// holding no copy of C1. p2 then prepares b2 at n0, n3 and n4, and gets C1'
+// (add n8) accepted at n0 alone: nothing was ever chosen. n3 restarts
+// again, hearing only n1 and n2, and a change from n5 reads the register at
+// {n0 n1 n4}. Had n3's prepare saved a copy of C1 at b1 as its own vote,
+// that vote with n1's and n2's would make three of five: n3 would adopt C1,
+// and n5's change, finding C1' at the higher ballot, choose it (I5).
 func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 	cfg := faultFree(1, 5, 4, 1, 1)
 	cfg.Disks, cfg.WallBack = true, false
@@ -160,238 +138,327 @@ func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 	}
 }
 
-// newerMaybeChosen counts the restarted acceptor itself only from its disk
-// (ownNewerConfig). An acceptor that lost its disk (or restarts without
-// one) may well have accepted the newer configuration in its earlier life,
-// and been one of the majority that chose it; it counts itself as "did not
-// accept" rather than as unknown. (Before caf3d7f it counted itself
-// always.)
+// The same rule for a voter on a new disk (design.md R68), which, not
+// restored from a disk, does merge a copy of the configuration register in
+// its catch-up: a prepare saves its promise, and no accepted configuration.
 //
-// Voters n0..n3, all with disks; n5 adds n4. n2 never hears the change, so
-// C1 is accepted by n0, n1 and n3 (a majority of four), and adopted by n0,
-// n3 and n4 but not n1 (n1 and n2 are cut off from everyone as soon as n5
-// adopts C1). k0 is granted and freed at epoch E in C1 by {n0 n3 n4}. n3
-// then loses its disk: it restarts with none (lost = "none") or with a new,
-// empty one (lost = "new"), its wall clock an hour back, and can reach only
-// n1 and n2. n1 says it accepted C1, n2 that it did not, n0 is unheard:
-// n0 + n1 = two of four, so C1 "cannot have been chosen", and n3 votes in
-// C0 with n1 and n2, a majority of C0 that knows nothing of k0. Its client
-// is granted k0 below E: I2. (This failed on caf3d7f and before it.) Now an
-// acceptor that was not restored from its disk counts itself as one that
-// may have accepted any newer configuration, and waits; "forget-own-vote"
-// brings the old count back.
-func TestVoterWithoutItsDiskCountsItselfAsMaybeAccepting(t *testing.T) {
-	for _, lost := range []string{"none", "new"} {
-		for _, bug := range []string{"", "forget-own-vote"} {
-			t.Run(lost+"/"+bug, func(t *testing.T) { runVoterWithoutDiskThatAccepted(t, lost, bug) })
-		}
-	}
-}
-
-func runVoterWithoutDiskThatAccepted(t *testing.T, lost, bug string) {
-	cfg := faultFree(1, 4, 3, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
-	var (
-		e, token  uint64
-		n3Version uint64
-		liveC0    bool
-		accepted  []NodeID
-	)
-	cfg.Script = func(s *sim) {
-		n0, n1, n2, n3, n5, n6 := s.nodes[0], s.nodes[1], s.nodes[2], s.nodes[3], s.nodes[5], s.nodes[6]
-		h, q := n6.clients[0], n3.clients[0]
-		h.holdTime = 50 * time.Millisecond
-		q.holdTime = time.Hour
-		old := map[*simNode]bool{n1: true, n2: true}
-		split, changing := false, false
-		s.cfg.Delay = func(s *sim, from, to *simNode) (time.Duration, bool) {
-			if !split && n5.node != nil && n5.node.Membership().Version() >= 2 {
-				split = true
-			}
-			if changing && !split && (from == n2 && to == n5 || from == n5 && to == n2) {
-				return time.Hour, true // n2 never hears the change
-			}
-			if split && old[from] != old[to] {
-				return time.Hour, true
-			}
-			return 0, false
-		}
-		s.at(1500*time.Millisecond, func() {
-			for _, n := range []*simNode{n0, n1, n2, n3} {
-				if !liveAcceptor(n) {
-					t.Fatalf("%s does not vote at 1.5s", n.id)
-				}
-			}
-			changing = true
-			changeFrom(t, s, n5, simChange{add: "n4"})
-		})
-		s.at(1600*time.Millisecond, func() {
-			if !split || n1.node.Membership().Version() != 1 || n2.node.Membership().Version() != 1 || n3.node.Membership().Version() < 2 {
-				t.Fatalf("C1 was not chosen, or n1 or n2 adopted it, or n3 did not (split %v)", split)
-			}
-			for _, n := range []*simNode{n0, n1, n2, n3} {
-				if c := n.disk.saved.Config.Value.Config; c != nil && c.Version() >= 2 {
-					accepted = append(accepted, n.id)
-				}
-			}
-			if !slices.Equal(accepted, []NodeID{"n0", "n1", "n3"}) {
-				t.Fatalf("C1 accepted by %v, not by n0, n1 and n3", accepted)
-			}
-			h.acquire("k0", true, time.Second)
-			s.flush(h.n)
-		})
-		s.at(1800*time.Millisecond, func() {
-			e = s.check.maxToken["k0"]
-			if e == 0 || h.state != cIdle || s.stats.Releases != 1 {
-				t.Fatalf("n6 was not granted and freed k0 by 1.8s (token %d, state %v)", e, h.state)
-			}
-			if r := n3.node.acc.regs["k0"]; r == nil || r.value.Epoch != e {
-				t.Fatalf("n3 did not accept k0 at %d: the scenario shows nothing", e)
-			}
-			s.wallBack = int64(time.Hour / time.Microsecond)
-			old[n3] = true
-			switch lost {
-			case "none":
-				restartAmnesiac(s, n3)
-			case "new":
-				s.crash(n3)
-				n3.disk = &simDisk{} // the old disk is gone; a new one
-				s.start(n3)
-			}
-		})
-		var poll func()
-		poll = func() {
-			if liveAcceptor(n3) && n3.node.acc.Membership().Version() == 1 {
-				liveC0 = true
-			}
-			s.after(time.Millisecond, poll)
-		}
-		s.at(1800*time.Millisecond, poll)
-		s.at(3500*time.Millisecond, func() {
-			n3Version = n3.node.Membership().Version()
-			q.acquire("k0", true, time.Second)
-			s.flush(n3)
-		})
-		s.at(5*time.Second, func() {
-			if q.grant != nil {
-				token = q.grant.token
-			}
-		})
-	}
-	s := newSim(cfg)
-	s.run()
-	t.Logf("lost disk %q, bug %q: C1 accepted by %v; E=%d; n3 voted in C0 after its restart: %v; on version %d when it acquired; its token %d",
-		lost, bug, accepted, e, liveC0, n3Version, token)
-	switch {
-	case bug == "" && liveC0:
-		t.Errorf("n3, which accepted and adopted C1 before it lost its disk, voted in C0 again")
-	case bug == "" && token != 0 && token <= e:
-		t.Errorf("n3 was granted k0 at %d, not above %d", token, e)
-	case bug == "" && len(s.fail) > 0:
-		t.Errorf("%s", firstLine(s.fail[0]))
-	case bug != "":
-		brokeRule(t, s, bug, "I2", fmt.Sprintf("n3 voted in C0: %v, token %d after %d", liveC0, token, e))
-	}
-}
-
-// Liveness: newerMaybeChosen now also gates a restarted acceptor that
-// caught up in full (the "enough" path of maybeGoLive), and it waits
-// "to adopt it from a voter that did, or from chosenNewer, or to learn
-// that it was not chosen". None of the three comes when a change was
-// abandoned with its configuration accepted at voters that make, with
-// those not heard from, a majority, but not at one ballot (chosenNewer
-// needs one) and adopted by none: nothing in the mesh finishes it until an
-// operator starts another change. Such an acceptor restored from its disk
-// never adopted the newer configuration (Adopt saves it first), so voting
-// in the one it has is what it did before its restart; before caf3d7f it
-// went live.
-//
-// "ballots": three voters; an abandoned change left C1 at n1 (ballot b1,
-// its proposer died) and at n2 (b2, written back by a second proposer that
-// died too). n0 restarts from its disk; everyone answers it; n1 and n2 say
-// C1. "down": five voters, n0 down for good (the change was to replace
-// it); C1 accepted at n1 and n2 at one ballot; n4 restarts from its disk.
-// In both, the restarted voter never votes again, and its Recovery names
-// nothing it waits for.
-func TestRestoredVoterVotesAgainBehindAnAbandonedChange(t *testing.T) {
-	for _, c := range []string{"ballots", "down"} {
-		t.Run(c, func(t *testing.T) { runRestoredVoterBehindAnAbandonedChange(t, c) })
-	}
-}
-
-func runRestoredVoterBehindAnAbandonedChange(t *testing.T, c string) {
-	voters, restarted := 3, 0
-	if c == "down" {
-		voters, restarted = 5, 4
-	}
-	cfg := faultFree(1, voters, 2, 1, 1)
+// Five voters; C1 (add n7) is accepted at n1 alone at b1, so that n3 (one
+// voter saying C1, plus itself: two of five) goes live in C0. n3's disk is
+// replaced by an empty one: it restarts, catches up from all four others
+// and goes live holding a copy of C1 at b1. p2 then prepares b2 at n0, n3
+// and n4: n3's disk must hold the promise, and no configuration.
+func TestConfigPrepareOnANewDiskSavesNoCopy(t *testing.T) {
+	cfg := faultFree(1, 5, 4, 1, 1)
 	cfg.Disks, cfg.WallBack = true, false
 	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 10*time.Second, 9*time.Second
+	cfg.Duration, cfg.HealAt = 6*time.Second, 5*time.Second
 	var (
-		liveAt   time.Duration
-		recovery Recovery
-		state    AcceptorState
+		merged, savedCopy, promised bool
+		liveAt                      time.Duration
 	)
 	cfg.Script = func(s *sim) {
 		n := s.nodes
 		c0 := s.boot
-		c1 := c0.Next(slices.DeleteFunc(slices.Clone(c0.Voters), func(v NodeID) bool { return v == "n0" }), true, 0)
+		c1 := c0.Next(append(slices.Clone(c0.Voters), "n7"), true, n[7].inc)
+		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
+		b2 := Ballot{Counter: 1 << 22, Incarnation: 1001, Node: "p2"}
+		st := &configStepper{t: t, c: c0}
+		s.at(1500*time.Millisecond, func() {
+			st.step(n[1], Op{Kind: OpPrepare, Ballot: b1}, true)
+			st.step(n[1], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
+			s.crash(n[3])
+			n[3].disk = &simDisk{}
+			s.start(n[3])
+		})
+		var poll func()
+		poll = func() {
+			if !liveAcceptor(n[3]) {
+				s.after(time.Millisecond, poll)
+				return
+			}
+			liveAt = s.now
+			r := n[3].node.acc.regs[ConfigKey]
+			merged = r != nil && r.value.Config != nil && r.value.Config.Equal(c1)
+			for _, v := range []*simNode{n[0], n[3], n[4]} {
+				st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
+			}
+			d := n[3].disk.saved
+			savedCopy = d.Config.Value.Config != nil
+			promised = d.Config.Promise == b2
+		}
+		s.at(1501*time.Millisecond, poll)
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("n3 (new disk) live at %v holding a copy of C1: %v; after a prepare its disk holds the promise: %v, an accepted configuration: %v",
+		liveAt, merged, promised, savedCopy)
+	switch {
+	case liveAt == 0:
+		t.Errorf("n3 never went live")
+	case !merged:
+		t.Errorf("n3 merged no copy of C1: the scenario shows nothing")
+	case !promised:
+		t.Errorf("n3's disk does not hold its promise")
+	case savedCopy:
+		t.Errorf("a prepare saved n3's copy of C1 as its own vote")
+	}
+	if len(s.fail) > 0 {
+		t.Errorf("%s", firstLine(s.fail[0]))
+	}
+}
+
+// A restarted voter adopts a newer configuration from its catch-up only if
+// it was chosen (chosenNewer: majorities accepted it at one ballot), and it
+// counts its own vote from its disk, never the copy of the configuration
+// register its catch-up merges (design.md R68).
+//
+// Of five voters, p1 prepares the configuration register at n1, n2 and n3
+// and gets C1 (add n7) accepted at n1 and n2 only; p2 prepares at n0, n3
+// and n4 with a higher ballot and gets C1' (add n8) accepted at n0 only.
+// Nothing is chosen. n4 restarts from its disk and, cut off from n0,
+// catches up from n1, n2 and n3. With the rule n4 counts only its disk's
+// vote, waits while C1 may have been chosen (n0 has not answered), and
+// adopts what the mesh chose. With fault count-copied-config it counts its
+// copy of C1 with n1 and n2, three of five, and adopts C1, which no
+// majority accepted; a read of the register at {n0 n1 n3} (n5 starts a
+// change, whose first step is such a read) then finds C1' at the higher
+// ballot and chooses it: two configurations with one id (I5).
+func TestRestartedVoterAdoptsOnlyAChosenConfiguration(t *testing.T) {
+	for _, bug := range []string{"", "count-copied-config"} {
+		adoptsOnlyAChosenConfiguration(t, bug)
+	}
+}
+
+func adoptsOnlyAChosenConfiguration(t *testing.T, bug string) {
+	cfg := faultFree(1, 5, 4, 1, 1)
+	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.Duration, cfg.HealAt = 6*time.Second, 5*time.Second
+	var adopted, chosen Membership // what n4 adopted, and what n5 did
+	cfg.Script = func(s *sim) {
+		n := s.nodes
+		c0 := s.boot
+		c1 := c0.Next(append(slices.Clone(c0.Voters), "n7"), true, n[7].inc)
+		c1x := c0.Next(append(slices.Clone(c0.Voters), "n8"), true, n[8].inc)
 		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
 		b2 := Ballot{Counter: 200, Incarnation: 1001, Node: "p2"}
-		st := &configStepper{t: t, c: c0}
+		var opID uint64
+		step := func(v *simNode, op Op, ok bool) {
+			opID++
+			op.ID, op.Key = opID, ConfigKey
+			if op.Kind == OpAccept {
+				op.Inc = v.inc
+			}
+			resp := v.node.acc.HandleRequest(&Request{Config: c0.ID, From: op.Ballot.Node, To: v.id, Ops: []Op{op}})
+			if got := resp.Status == StatusOK && resp.Results[0].OK; got != ok {
+				t.Fatalf("%s answered %v %v: status %v, %+v", v.id, op.Kind, op.Ballot, resp.Status, resp.Results)
+			}
+		}
+		// Every voter votes once, so that n4's disk says it has voted.
 		s.at(1200*time.Millisecond, func() {
-			h := n[voters].clients[0]
+			h := n[5].clients[0]
 			h.holdTime = 50 * time.Millisecond
 			h.acquire("k0", true, time.Second)
-			s.flush(n[voters])
+			s.flush(n[5])
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:voters] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
+			if !n[4].disk.saved.Voted {
+				t.Fatalf("n4 never voted")
+			}
+			for _, v := range n[:5] {
+				if !liveAcceptor(v) {
 					t.Fatalf("%s does not vote at 1.5s", v.id)
 				}
 			}
-			switch c {
-			case "ballots":
-				st.step(n[1], Op{Kind: OpPrepare, Ballot: b1}, true)
-				st.step(n[1], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
-				st.step(n[2], Op{Kind: OpPrepare, Ballot: b2}, true)
-				st.step(n[2], Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1}}, true)
-			case "down":
-				s.crash(n[0])
-				for _, v := range []*simNode{n[1], n[2]} {
-					st.step(v, Op{Kind: OpPrepare, Ballot: b1}, true)
-					st.step(v, Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
-				}
+			for _, v := range []*simNode{n[1], n[2], n[3]} {
+				step(v, Op{Kind: OpPrepare, Ballot: b1}, true)
 			}
-			s.crash(n[restarted])
-			s.start(n[restarted])
-			var poll func()
-			poll = func() {
-				if liveAcceptor(n[restarted]) {
-					liveAt = s.now
-					return
-				}
-				s.after(time.Millisecond, poll)
+			for _, v := range []*simNode{n[0], n[3], n[4]} {
+				step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
+			}
+			for _, v := range []*simNode{n[1], n[2]} {
+				step(v, Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
+			}
+			step(n[3], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, false) // promised b2
+			step(n[0], Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1x}}, true)
+			// n4 restarts from its disk, and hears only n1, n2 and n3.
+			isolate(s, 4, true)
+			for _, v := range []int{1, 2, 3} {
+				cutBoth(s, 4, v, false)
+			}
+			s.crash(n[4])
+			s.start(n[4])
+		})
+		var poll func()
+		poll = func() {
+			if m := n[4].node.Membership(); m.Version() > 1 {
+				adopted = m
+				return
 			}
 			s.after(time.Millisecond, poll)
+		}
+		s.at(1500*time.Millisecond, poll)
+		s.at(3500*time.Millisecond, func() {
+			// n2 and n4 cut off from it, n5 reads the register at
+			// {n0 n1 n3} as the first step of a change.
+			cutBoth(s, 5, 2, true)
+			cutBoth(s, 5, 4, true)
+			changeFrom(t, s, n[5], simChange{add: "n6"})
 		})
-		s.at(9*time.Second, func() {
-			if a := n[restarted].node.acc; a != nil {
-				recovery, state = a.Recovery(), a.State()
+		s.at(4500*time.Millisecond, func() { chosen = n[5].node.Membership() })
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("bug %q: n4 adopted %d %v pending %v; n5 is on %d %v pending %v", bug, adopted.ID&0xffff, adopted.Voters, adopted.Pending, chosen.ID&0xffff, chosen.Voters, chosen.Pending)
+	switch {
+	case bug == "" && len(s.fail) > 0:
+		t.Errorf("%s", failureReport(s))
+	case bug == "" && adopted.ID != 0 && !adopted.Equal(s.configs[adopted.ID]):
+		t.Errorf("n4 adopted %v, but configuration %d is %v", adopted.Voters, adopted.ID&0xffff, s.configs[adopted.ID].Voters)
+	case bug != "":
+		brokeRule(t, s, bug, "I5", fmt.Sprintf("n4 adopted %v", adopted.Voters))
+	}
+}
+
+// A register merged in a catch-up is a copy until the voter accepts a value
+// of it in a round, and answers say so (Result.Copy): replies that agree on
+// a ballot show a chosen value only if none is a copy (design.md R43). With
+// fault copies-vote copies are reported as votes: two copies and the one
+// voter that accepted the value are three of five at one ballot, a change
+// adopts that value, and when a higher ballot of another value resurfaces
+// the next read writes that one back: two configurations of one id (I5).
+//
+// Five voters n0..n4 with disks, all voted. Two abandoned changes: P2
+// prepares b2 at n1 n2 n3 and gets Ca (add n8) accepted at n3 only; P3
+// prepares b3 > b2 at n1 n2 n4 and gets Cb (add n5) accepted at n4 only.
+// Neither is chosen. n4 restarts from its disk and stays recovering (cut
+// off from n1 and n3): it answers "recovering, Durable, newer Cb".
+//
+//  1. n0's disk is replaced by an empty one; it hears voters that voted and
+//     recovers as one that forgot. newerMaybeChosen: Ca at n0 (itself) and
+//     n3, Cb at n0 and n4: two of five each, nothing may be chosen. It
+//     catches up from n1, n2 and n3 and goes live, its register holding Ca
+//     at b2 (from n3).
+//  2. n2 does the same, and merges Ca at b2 from n0 and n3.
+//  3. n6 starts a change, hearing n0, n2 and n3 first. Were copies votes,
+//     its peek would see three voters at b2 and take Ca for chosen, and n6
+//     would adopt Ca (version 2); n6 is then cut off, as a node that died
+//     would be.
+//  4. n4, healed, catches up and votes (restored, in C0, Cb at b3 on its
+//     disk). n7 starts a change hearing n0, n1 and n4: its prepare finds Cb
+//     at b3 above Ca at b2, writes it back, and adopts Cb.
+func TestCopiedConfigurationsAreNoVotes(t *testing.T) {
+	for _, bug := range []string{"", "copies-vote"} {
+		t.Run("bug="+bug, func(t *testing.T) { runCopiedConfigurations(t, bug) })
+	}
+}
+
+func runCopiedConfigurations(t *testing.T, bug string) {
+	cfg := faultFree(1, 5, 4, 1, 1)
+	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.Duration, cfg.HealAt = 9*time.Second, 8*time.Second
+	var (
+		states  []string
+		n6Conf  string
+		n7Conf  string
+		regs    []string
+		n6Heard string
+	)
+	cfg.Script = func(s *sim) {
+		n := s.nodes
+		n0, n1, n2, n3, n4, n6, n7 := n[0], n[1], n[2], n[3], n[4], n[6], n[7]
+		c0 := s.boot
+		c1a := c0.Next(append(slices.Clone(c0.Voters), "n8"), true, 0)
+		c1b := c0.Next(append(slices.Clone(c0.Voters), "n5"), true, 0)
+		b2 := Ballot{Counter: 200, Incarnation: 1000, Node: "p2"}
+		b3 := Ballot{Counter: 300, Incarnation: 1001, Node: "p3"}
+		st := &configStepper{t: t, c: c0}
+		s.at(1000*time.Millisecond, func() {
+			h := n[5].clients[0]
+			h.holdTime = 50 * time.Millisecond
+			h.acquire("k1", true, time.Second)
+			s.flush(n[5])
+		})
+		s.at(1300*time.Millisecond, func() {
+			for _, v := range n[:5] {
+				if !liveAcceptor(v) || !v.disk.saved.Voted {
+					t.Fatalf("%s does not vote at 1.3s", v.id)
+				}
 			}
+			for _, v := range []*simNode{n1, n2, n3} {
+				st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
+			}
+			st.step(n3, Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1a}}, true)
+			for _, v := range []*simNode{n1, n2, n4} {
+				st.step(v, Op{Kind: OpPrepare, Ballot: b3}, true)
+			}
+			st.step(n4, Op{Kind: OpAccept, Ballot: b3, Value: Value{Config: &c1b}}, true)
+			// n4 restarts from its disk and cannot catch up.
+			cutBoth(s, n4.idx, n1.idx, true)
+			cutBoth(s, n4.idx, n3.idx, true)
+			s.crash(n4)
+			s.start(n4)
+			// n0's disk is lost.
+			s.crash(n0)
+			n0.disk = &simDisk{}
+			s.start(n0)
+		})
+		s.at(3000*time.Millisecond, func() {
+			states = append(states, describeAcceptor(n0))
+			s.crash(n2)
+			n2.disk = &simDisk{}
+			s.start(n2)
+		})
+		s.at(4500*time.Millisecond, func() {
+			states = append(states, describeAcceptor(n2), describeAcceptor(n4))
+			for _, v := range n[:5] {
+				regs = append(regs, describeRegister(v, ConfigKey))
+			}
+			cutBoth(s, n6.idx, n1.idx, true)
+			cutBoth(s, n6.idx, n4.idx, true)
+			changeFrom(t, s, n6, simChange{add: "n6"})
+			var poll func()
+			poll = func() {
+				if n6.node.Membership().Version() >= 2 {
+					isolate(s, n6.idx, true) // n6 dies with what it adopted
+					m := n6.node.Membership()
+					n6Conf = fmt.Sprintf("%d %v pending %v", m.Version(), m.Voters, m.Pending)
+					return
+				}
+				if s.now < 5*time.Second {
+					s.after(50*time.Microsecond, poll)
+				}
+			}
+			s.after(50*time.Microsecond, poll)
+		})
+		s.at(5000*time.Millisecond, func() {
+			n6Heard = n6Conf
+			cutBoth(s, n4.idx, n1.idx, false)
+			cutBoth(s, n4.idx, n3.idx, false)
+		})
+		s.at(6500*time.Millisecond, func() {
+			states = append(states, describeAcceptor(n4))
+			cutBoth(s, n7.idx, n2.idx, true)
+			cutBoth(s, n7.idx, n3.idx, true)
+			changeFrom(t, s, n7, simChange{add: "n7"})
+			s.after(500*time.Millisecond, func() {
+				m := n7.node.Membership()
+				n7Conf = fmt.Sprintf("%d %v pending %v", m.Version(), m.Voters, m.Pending)
+			})
 		})
 	}
 	s := newSim(cfg)
 	s.run()
-	t.Logf("%s: restarted voter live at %v; at 9s its state is %v, Recovery %+v", c, liveAt, state, recovery)
-	if liveAt == 0 || liveAt >= 9*time.Second {
-		t.Errorf("the restarted voter, restored from its disk, did not vote again before the heal at 9s (restarted at 1.5s)")
+	for _, x := range states {
+		t.Logf("%s", x)
 	}
-	if len(s.fail) > 0 {
-		t.Errorf("%s", firstLine(s.fail[0]))
+	t.Logf("configuration registers at 4.5s: %v", regs)
+	t.Logf("n6 adopted %s; n7 then on %s", n6Heard, n7Conf)
+	switch {
+	case bug != "":
+		brokeRule(t, s, bug, "I5", "")
+	case len(s.fail) > 0:
+		t.Errorf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
 	}
 }

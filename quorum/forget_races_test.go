@@ -8,14 +8,17 @@ import (
 	"time"
 )
 
-// Audit 11: attacks on the sweep's write-back (882f1e3: maybeWriteBack,
-// forgetWrittenBack, copies swept by every voter) and on observers that
-// order a forgotten key by a read's ballot (05de195: readOrder).
+// Forgetting keys, racing other work (design.md R74, R76, R82): a sweep's
+// write-back (maybeWriteBack, forgetWrittenBack) against the holder's
+// fast acquire, accepted by some voters only, across a voter restart, and
+// the forget after it against a new grant; a release one voter missed,
+// which a sweep writes back and forgets; and observers of keys the voters
+// forget, which order a forgotten key by a read's ballot (readOrder).
 
 var forgetfulObserveSeeds = flag.Int64("observe.forgetful.seeds", 30, "seeds of TestSimulationObserveForgetful, each with 3 and 5 voters")
 
-// takeRequests collects what node id has ready and returns its requests, kept
-// back from the voters (the scenario delivers them when it chooses).
+// takeRequests collects what node id has ready and returns its requests,
+// kept back from the voters (the scenario delivers them when it chooses).
 func takeRequests(c *testCluster, id NodeID) []Request {
 	n := c.node(id)
 	rd := n.prop.Ready()
@@ -39,8 +42,8 @@ func opKindsOf(reqs []Request) []OpKind {
 	return ks
 }
 
-// deliverRequests hands reqs from node id to their voters, to those in to only
-// when to is not empty.
+// deliverRequests hands reqs from node id to their voters, to those in to
+// only when to is not empty.
 func deliverRequests(c *testCluster, id NodeID, reqs []Request, to ...NodeID) {
 	for _, r := range reqs {
 		if len(to) == 0 || slices.Contains(to, r.To) {
@@ -49,10 +52,10 @@ func deliverRequests(c *testCluster, id NodeID, reqs []Request, to ...NodeID) {
 	}
 }
 
-// stageWriteBack stages a sweep by p2 of k, which p1 took and released (so p1
-// keeps its one-round-trip path for k) and whose copy at c is demoted, up
-// to the write-back's accepts, which it returns undelivered: every voter
-// promised the write-back's ballot.
+// stageWriteBack stages a sweep by p2 of k, which p1 took and released (so
+// p1 keeps its one-round-trip path for k) and whose copy at c is demoted,
+// up to the write-back's accepts, which it returns undelivered: every
+// voter promised the write-back's ballot.
 func stageWriteBack(t *testing.T, c *testCluster) (OpResult, []Request) {
 	t.Helper()
 	g := c.mustGrant("p1", "k")
@@ -94,7 +97,7 @@ func mustAllHoldP1(t *testing.T, c *testCluster, e uint64) {
 	}
 }
 
-// Attack 1: the holder's one-round-trip path against a write-back. p1
+// The holder's one-round-trip path against a write-back (R74). p1
 // released k and keeps the promise of its next ballot (its fast path);
 // p2's sweep prepares a higher ballot at every voter, and p1 acquires k
 // again before p2's accepts land. p1's accept at its old ballot must be
@@ -143,7 +146,7 @@ func TestSweepWriteBackLosesToTheHoldersFastAcquire(t *testing.T) {
 	}
 }
 
-// Attack 2: a write-back whose accept reaches only some voters. c loses
+// A write-back whose accept reaches only some voters (R74). c loses
 // p2's accept: a and b hold k at the write-back's ballot, c its demoted
 // copy. No forget may go out (not every voter acknowledged), nothing is
 // dropped, and the next grant's token is above the last; a later sweep
@@ -183,7 +186,7 @@ func TestWriteBackAcceptedBySomeVotersForgetsNothing(t *testing.T) {
 	}
 }
 
-// Attack 3: the forget that follows a write-back races an acquire. Every
+// The forget that follows a write-back races an acquire (R74). Every
 // voter acknowledged the write-back; p2's forgets are held back while p1
 // takes k (its fast path refused: the write-back promised p2's next
 // ballot), then delivered, a only before the grant and b, c after it. a
@@ -228,8 +231,8 @@ func TestForgetAfterWriteBackSparesANewGrant(t *testing.T) {
 	}
 }
 
-// Attack 4: a voter restarts (amnesia) between the write-back's promises
-// and its accepts. c refuses the accept (another life's promise), a and b
+// A voter restarts (amnesia) between the write-back's promises and its
+// accepts (R74). c refuses the accept (another life's promise), a and b
 // take it; the sweep ends with no forget. After c's quarantine and
 // catch-up, the next grant's token is above the last and only one node
 // gets it.
@@ -265,7 +268,7 @@ func TestWriteBackAcrossAVoterRestartForgetsNothing(t *testing.T) {
 	}
 }
 
-// Attack 5: observers in forgetful runs. TestSimulationObserve runs with
+// Observers in forgetful runs (R82). TestSimulationObserve runs with
 // the default registers, where voters rarely forget a key, so the
 // observer's forgotten-key rules (an empty answer where a voter reported
 // a value; reports settling on an empty register; the read that orders
@@ -305,7 +308,7 @@ func TestSimulationObserveForgetful(t *testing.T) {
 	t.Logf("%d observed states, %d last states checked at rest, %d write-backs (live nodes at the end)", states, final, wb)
 }
 
-// Attack 6: an observer's ordering read (05de195) races a new grant. As
+// An observer's ordering read races a new grant (R82). As
 // in TestObserveForgottenKeyAfterAMissedRelease, n4 observes k0 and is
 // cut off from the voters while n3 takes and releases it and a sweep
 // forgets it; at the heal n4 meets empty registers and reads k0 with a
@@ -388,16 +391,14 @@ func TestObserverOrderingReadRacesAGrant(t *testing.T) {
 	t.Logf("%d free states ordered by n4's own read ballot after the heal", reads)
 }
 
-// Attack 7: a release that one voter missed. p1 takes k and releases it
+// A release that one voter missed (R74). p1 takes k and releases it
 // while c is cut off: a and b hold k free at the release's ballot, c p1's
 // grant, whose timer runs out. No lease runs anywhere, and the highest
-// value is free; yet every sweep's peeks found c holding a grant, so the
-// sweep neither forgot nor wrote back (every voter had to hold it free),
-// and all three voters kept k until someone wrote it again. Now a sweep
-// writes back when the highest value is free and no voter times a lease
-// (mayWriteBack), and forgets the key: within five sweeps no voter keeps
-// k, and the next grant's token is above p1's. Fault sweep-needs-every-
-// free brings the old rule back: the sweeps only peek, all three keep k.
+// value is free: a sweep writes back (mayWriteBack) and forgets the key.
+// Within five sweeps no voter keeps k, and the next grant's token is
+// above p1's. Fault sweep-needs-every-free writes back only when every
+// voter holds the key free: the sweeps only peek, and all three voters
+// keep k until someone writes it again.
 func TestSweepForgetsAReleaseOneVoterMissed(t *testing.T) {
 	for _, fault := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sweep-needs-every-free=%v", fault), func(t *testing.T) { runMissedRelease(t, fault) })

@@ -1,53 +1,157 @@
 package quorum
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
 
-// Audit of fa2035c ("a recovered new disk says it voted; a fresh peer
-// counts"): a scripted run, which showed the second half of that commit
-// unsafe (it is undone).
+// A voter on a new, empty data directory under a name that voted
+// (design.md R54–R56): its empty disk is no evidence that it never voted;
+// a Fresh answer from such a voter does not count as one from a voter
+// restarted from its disk; and once it recovered as a voter that forgot,
+// its disk says that it voted.
 
-// A voter whose disk was lost restarts on a new, empty one and probes. The
-// probe counts the voter itself as fresh (maybeGoLive: fresh := 1), although
-// a new disk says nothing of its earlier life (abandonProbe says so), and
-// goes live, with no quarantine and no registers, as soon as one more voter
-// of three says Fresh: before the answer of the voter that would say it
-// voted arrives. From then on its disk says it never voted, and it answers
-// Fresh to every catch-up.
+// A voter that lost its disk and restarts on a new, empty one hears that
+// others voted and recovers as one that forgot: quarantine, then a full
+// catch-up, whose copies stand for the votes of its earlier life. Going
+// live, it saves that it voted, with its horizon and marks (design.md R56),
+// so that a restart from that disk quarantines and catches up again. With
+// fault forget-amnesia-vote it saves only its configuration: its disk says
+// it never voted, and its next life goes live at once, its registers empty,
+// and a majority with it no longer meets the one that chose what its
+// earlier life voted for.
 //
-// fa2035c counts such an answer in restartedMajority ("a voter that says
-// its disk holds no vote lost nothing"). Here:
+// Voters n0..n2, all with disks. k0 is granted and freed at epoch E by
+// {n0 n1} (n2 cut off). n0's disk is replaced by an empty one: it restarts,
+// its wall clock an hour back, and catches up from n1 and n2 (copying k0 at
+// E). It goes live, accepts nothing, and restarts from the same disk. With
+// n1 cut off, its client takes k0 from {n0 n2}: above E with the rule; with
+// the fault n0 knows nothing of k0, and the token, from the wall clock, is
+// below E (I2).
+func TestRecoveredNewDiskVoterRemembersItVoted(t *testing.T) {
+	for _, bug := range []string{"", "forget-amnesia-vote"} {
+		runNewDiskVoterRestartedAgain(t, bug)
+	}
+}
+
+func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
+	cfg := faultFree(1, 3, 2, 1, 1)
+	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+	var (
+		e, token           uint64
+		firstLive          time.Duration
+		votedAfterFirst    bool
+		liveAtOnce         bool
+		keysAfterSecond    int
+		copiedK0AfterFirst bool
+	)
+	cfg.Script = func(s *sim) {
+		n := s.nodes
+		n0, n3 := n[0], n[3]
+		s.at(1100*time.Millisecond, func() {
+			for _, v := range n[:3] {
+				if !liveAcceptor(v) {
+					t.Fatalf("%s does not vote at 1.1s", v.id)
+				}
+			}
+			isolate(s, 2, true)
+			h := n3.clients[0]
+			h.holdTime = 50 * time.Millisecond
+			h.acquire("k0", true, time.Second)
+			s.flush(n3)
+		})
+		s.at(1800*time.Millisecond, func() {
+			e = s.check.maxToken["k0"]
+			if e == 0 || n3.clients[0].state != cIdle || s.stats.Releases != 1 {
+				t.Fatalf("k0 was not granted and freed by 1.8s (token %d)", e)
+			}
+			if r := n[2].node.acc.regs["k0"]; r != nil && !r.accepted.IsZero() {
+				t.Fatalf("n2 accepted k0: the scenario shows nothing")
+			}
+			isolate(s, 2, false)
+			s.wallBack = int64(time.Hour / time.Microsecond)
+			s.crash(n0)
+			n0.disk = &simDisk{} // its disk is lost; a new, empty one
+			s.start(n0)
+		})
+		var second func()
+		var poll func()
+		poll = func() {
+			if !liveAcceptor(n0) {
+				s.after(time.Millisecond, poll)
+				return
+			}
+			firstLive = s.now
+			votedAfterFirst = n0.disk.saved != nil && n0.disk.saved.Voted
+			if r := n0.node.acc.regs["k0"]; r != nil && r.maxEpoch >= e {
+				copiedK0AfterFirst = true
+			}
+			second()
+		}
+		s.at(1801*time.Millisecond, poll)
+		second = func() {
+			// n0 restarts from its (new) disk before accepting anything.
+			s.crash(n0)
+			s.start(n0)
+			liveAtOnce = liveAcceptor(n0)
+			keysAfterSecond = len(n0.node.acc.regs)
+			s.after(10*time.Millisecond, func() {
+				isolate(s, 1, true)
+				q := n0.clients[0]
+				q.holdTime = time.Hour
+				q.acquire("k0", true, time.Second)
+				s.flush(n0)
+			})
+			s.after(time.Second, func() {
+				if q := n0.clients[0]; q.grant != nil {
+					token = q.grant.token
+				}
+			})
+		}
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("bug %q: E=%d; n0 (new disk) live at %v with k0 copied: %v; its disk says it voted: %v; after a restart from that disk live at once: %v with %d registers; its token %d",
+		bug, e, firstLive, copiedK0AfterFirst, votedAfterFirst, liveAtOnce, keysAfterSecond, token)
+	switch {
+	case bug == "" && len(s.fail) > 0:
+		t.Errorf("%s", firstLine(s.fail[0]))
+	case bug == "" && liveAtOnce:
+		t.Errorf("n0, which recovered as an amnesiac on a new disk, went live at once after a restart from that disk (its disk says it never voted)")
+	case bug == "" && token != 0 && token <= e:
+		t.Errorf("n0's client was granted k0 at %d, not above %d", token, e)
+	case bug != "":
+		brokeRule(t, s, bug, "I2", fmt.Sprintf("live at once %v, token %d after %d", liveAtOnce, token, e))
+	}
+}
+
+// A voter restarted from its disk may go live on the word of a majority
+// restarted from disks (design.md R54); a voter that answers Fresh (its
+// disk holds no vote) does not count among them: it may be a new disk under
+// a name that voted, which went live with no registers.
+//
+// The run breaks R55 (trust-own-empty-disk: a new disk counts itself as
+// never having voted) to reach such a voter:
 //
 //	1.1s  n0 cut off (it has never voted); n3 takes and frees k0 at E
 //	      through {n1 n2}.
-//	1.8s  n1 loses its disk and restarts on a new one, cut off from n2
-//	      (and from n3). n0 answers its probe Fresh: n1 goes live at once,
-//	      its new disk saying it never voted. Wall clocks of new lives are
-//	      an hour back from now on.
+//	1.8s  n1's disk is replaced by an empty one and n1 restarts, cut off
+//	      from n2 (and from n3). n0 answers its probe Fresh: n1 goes live
+//	      at once, its new disk saying it never voted. Wall clocks of new
+//	      lives are an hour back from now on.
 //	      n3 restarts and takes and frees k1 through {n0 n2}: n0 has voted
 //	      now (its epoch mark is from k1's epoch, an hour back, below E).
 //	      n0 restarts from its disk, cut off from n2: quarantine, then
-//	      catch-up; n1 answers Fresh, n0 counts it as restarted with it
-//	      (restartedMajority: two of three) and goes live with no
-//	      registers.
-//	      n0's client takes k0 through {n0 n1}: neither knows k0, and the
-//	      token is n0's epoch mark plus one, below E (I2).
+//	      catch-up; n1 answers Fresh.
+//	      n0's client takes k0.
 //
-// Before fa2035c, and again since, n0 waits for n2 here (restartedMajority
-// counts only voters that said they were recovering), and this script
-// grants nothing below E. The root is the probe's self-count: a new disk
-// under a name that voted breaks the README's one rule about data
-// directories, and the probe catches it only when a voter that voted
-// answers first (n1's own client could take k0 below E through {n0 n1}
-// here too: the auditor's TestAudit3NewDiskProbeCountsItself, not kept,
-// as the rule is the documented defence). A Fresh answer is no proof that
-// the voter lost nothing.
-//
-// A new disk no longer counts itself (neverVotedMajorities): n1 would wait
-// for n2's word. The run breaks that rule (trust-own-empty-disk) to reach
-// the state the second defence, restartedMajority's, is about.
+// Were n1's Fresh answer counted as a voter restarted with n0 (two of
+// three), n0 would go live with no registers and its client take k0 through
+// {n0 n1}, which know nothing of it, at n0's epoch mark plus one: below E
+// (I2). n0 waits for n2's word instead, and nothing is granted below E.
 func TestFreshAnswerDoesNotCountAsARestartedVoter(t *testing.T) {
 	cfg := faultFree(1, 3, 1, 1, 2)
 	cfg.Bug = "trust-own-empty-disk"

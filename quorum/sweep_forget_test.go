@@ -4,69 +4,34 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
 
-// Audit of 48ca0b0 (copies are no votes; lost peers clear; pending full
-// restarts) and f260d17 (Forgot answers).
+// Sweeps forget what every voter holds free (design.md R74, R77): copies
+// merged in a catch-up, copies demoted when a majority restarted together
+// (at ballots no two voters share: written back, then forgotten), and a
+// register of another voter's bucket that one voter kept when the forget
+// to it was lost. Registers are finite: each run checks that free keys
+// left idle are dropped by every voter, and logs what the sweeps cost.
 
-// registersOf lists which of the voters hold a register of key, and how.
-func registersOf(s *sim, key string, voters int) (held int, desc []string) {
-	for _, v := range s.nodes[:voters] {
-		a := acceptorOf(v)
-		if a == nil {
-			desc = append(desc, string(v.id)+": down")
-			continue
-		}
-		r := a.regs[key]
-		if r == nil {
-			desc = append(desc, string(v.id)+": none")
-			continue
-		}
-		held++
-		desc = append(desc, fmt.Sprintf("%s: %v copied %v", v.id, r.accepted, r.copied))
-	}
-	return held, desc
-}
-
-// Finding 1 (registers are finite, DESIGN §3.2a): a register a voter
-// merged in a catch-up is a copy (register.copied) until the key is
-// written again, and maybeForgetKey forgets a key only if no voter's peek
-// says Copy. A sweep writes nothing: it peeks, and forgets or leaves the
-// key. So a free register that any voter copied — after any restart of any
-// voter, from its disk too (a rolling restart, an upgrade), every register
-// the others held then — is never forgotten by a sweep again, at any
-// voter, until someone happens to write the key. Under per-entity locking
-// (keys touched once) the registers grow without bound, which sweeps were
-// made to prevent.
+// A register a voter merged in a catch-up is a copy until the key is
+// written again; a sweep forgets a free key that every voter holds at one
+// ballot with no timer, copy or not (a forget needs every voter's peek, so
+// a copy cannot stand for a missing vote there). A sweep that left copies
+// alone would leave every register the others held at any restart of any
+// voter (a rolling restart, an upgrade) kept for good, and over
+// MaxRegisters peek at them at every sweep.
 //
 // Three voters n0..n2 with disks. n2 restarts from its disk at 0.9s; while
-// it waits out its quarantine, n3 takes and releases k0, k1, k2 at n0 and
-// n1 (so no node's release was acknowledged by every voter: only sweeps
-// can forget them). n2 catches up, copying the three free registers.
-// RegisterIdle is 1.5s: from about 2.7s the voters' sweeps look at them;
-// by 6s every voter should have dropped them.
-//
-// The rule that was wrong: maybeForgetKey's `r.Copy` (all = false). Every
-// voter holds one free value at one ballot, with no timer, and every
-// voter answered: forgetting it drops nothing a read would need (all
-// voters agree; the drop raises the floors above the ballot), copy or not.
-// Fix: drop r.Copy from that test (a forget needs every voter's peek, so
-// a copy cannot stand for a missing vote there); or, if a copy must not
-// be forgotten, have the sweep write the key back (a read) first.
-// Fault copies-vote (Result.Copy never set) shows the sweep forgetting.
-//
-// Over MaxRegisters (the "cap" runs, MaxRegisters 2) it is worse than
-// memory: each sweep finds the copies droppable, so sweepEvery stays at
-// an eighth of a retry interval, and every voter peeks every copied key
-// at every voter eight times per retry interval, for good (the run logs
-// the peeks of the three keys between 3s and 6s: 450 with the rule, 0
-// once they are forgotten). The README's performance notes tell what a
-// sweep storm past the cap did at 100,000 leases: renewals starved.
-//
-// New in 48ca0b0: on f260d17 (no Copy) both runs forget the three keys.
-// Fixed: maybeForgetKey takes copies like any other answer.
+// it waits out its quarantine, n3 takes and releases k0, k1 and k2 at n0
+// and n1 (no release reaches every voter: only sweeps can forget them). n2
+// catches up, copying the three free registers. RegisterIdle is 1.5s: from
+// about 2.7s the voters' sweeps look at them, and by 6s every voter must
+// have dropped them, without (the "cap" runs, MaxRegisters 2) and with
+// copies reported as votes (fault copies-vote). Each run logs the peeks of
+// the three keys the voters answered between 3s and 6s.
 func TestSweepForgetsCopiedRegisters(t *testing.T) {
 	for _, cap := range []int{0, 2} {
 		for _, bug := range []string{"", "copies-vote"} {
@@ -162,31 +127,28 @@ func runSweepOfCopies(t *testing.T, cap int, bug string) {
 	}
 }
 
-// Finding 1b, the same rule before 48ca0b0 (not new): voters that go live
-// on a majority loss demote what they copied to a ballot of their own
-// (demoteCopies), so no two voters ever agree on a copied key's ballot,
-// and maybeForgetKey (r.Accepted != first.Accepted) never forgot it
-// either. Five voters n0..n4 with disks; n5 takes and releases k0..k2;
-// n0, n1, n2 restart together at 1.4s (a majority: they go live on each
-// other's word, restartedMajority) and copy from n3 and n4. The copies sit
-// at n1 and n2 at (c-1, MaxUint64, self), the real ballots at n3 and n4,
-// and without the fix none of the three keys is ever swept. Worse, n0,
-// whose bucket k0 is in, went live on the others' word before it copied
-// anything: it holds nothing of k0, and no other voter swept k0 at all.
+// Voters that go live on each other's word after a majority restarted
+// together demote what they copied to a ballot of their own (design.md
+// R44), so that no two voters agree on a copied key's ballot, and a sweep
+// cannot forget it as it stands. A sweep whose peeks find every voter free
+// with no timer, but not at one ballot, writes the key back (an IfFree
+// prepare of every voter, an accept of the highest value) and, once every
+// voter acknowledged it, forgets it at that ballot (R74); and a voter
+// sweeps a copy of a key of another's bucket once the copy outlived one
+// look of its own (R77).
 //
-// Fixed: a sweep whose peeks find every voter free with no timer, but not
-// at one ballot, writes the key back (an IfFree prepare of every voter, an
-// accept of the highest value) and, once every voter acknowledged it,
-// forgets it at that ballot (maybeWriteBack); and a voter sweeps a copy of
-// a key of another's bucket once the copy outlived one look of its own
-// (SweepCandidates). Faults no-sweep-write-back and own-bucket-sweeps
-// bring the old rules back, and the runs show the keys kept: all three,
-// and k0. As in
-// TestSweepForgetsCopiedRegisters, every run logs the peeks of the three
-// keys between 3s and 6s, where a sweep storm would show (10 with the
-// fix, 45 under no-sweep-write-back; 5 and 25 over the cap), and the
-// prepares of them, which only sweeps' write-backs send after 1.4s: each
-// key is written back once at most (five prepares, one per voter).
+// Five voters n0..n4 with disks; n5 takes and releases k0..k2; n0, n1 and
+// n2 restart together at 1.4s (a majority: they go live on each other's
+// word) and copy from n3 and n4. The copies sit at n1 and n2 at (c-1,
+// MaxUint64, self), the real ballots at n3 and n4; n0, whose bucket k0 is
+// in, went live before it copied anything and holds nothing of k0. By 6s
+// no voter may keep any of the three keys, each written back at most once.
+// Fault no-sweep-write-back keeps all three keys, fault own-bucket-sweeps
+// keeps k0 (nobody sweeps it); over the cap (MaxRegisters 2) k0 was dropped
+// before the restart and the fault keeps k1 and k2. Every run logs the
+// peeks of the three keys between 3s and 6s, where a sweep storm would
+// show, and the prepares of them, which only the sweeps' write-backs send
+// after 1.4s.
 func TestSweepWritesBackAndForgetsDemotedCopies(t *testing.T) {
 	for _, c := range []struct {
 		cap  int
@@ -294,7 +256,7 @@ func runSweepOfDemotedCopies(t *testing.T, cap int, bug string, want []string) {
 	case bug == "" && len(kept) > 0:
 		t.Errorf("free keys idle for 4.5s (RegisterIdle 1.5s) are still kept by some voter: %v: demoted copies are never swept", kept)
 	case !slices.Equal(kept, want):
-		// Under a fault: the rule before the fix keeps these, for good.
+		// Under a fault: the rule broken keeps these, for good.
 		t.Errorf("under %s the voters keep %v at 6s, want %v", bug, kept, want)
 	case bug == "no-sweep-write-back" && len(prepares) > 0:
 		t.Errorf("under %s: keys written back: %v", bug, prepares)
@@ -303,5 +265,121 @@ func runSweepOfDemotedCopies(t *testing.T, cap int, bug string, want []string) {
 		if c > 5 {
 			t.Errorf("%s written back %d times (prepares answered: %d): sweeps write keys back more than once", k, (c+4)/5, c)
 		}
+	}
+}
+
+// A sweep's forget that one voter missed leaves that voter a register of a
+// key of another voter's bucket, not a copy: the voter whose key it is
+// holds nothing of it and never looks at it again. A register of another
+// voter's bucket that outlived four looks of the voter holding it is
+// picked like a copy (then every eighth look; design.md R77): that voter
+// writes it back and forgets it. Fault own-bucket-noncopies picks only a
+// voter's own bucket and copies, and the register is kept for good.
+//
+// Three voters n0..n2 and a node n3 that locks. k1 is n0's to sweep
+// (bucket 0); n3 takes it and releases it at 1.5s. When n0's sweep peeks at
+// k1, the forget that follows is lost on its way to n2 (n0 → n2 cut for
+// 50ms from n2's answer to the peek): n0 and n1 drop k1, n2 keeps it, free,
+// at the release's ballot, and nobody touches k1 again. k2, also n0's,
+// stays held by n3 (renewed) for the whole run. With the rule no voter
+// keeps k1 by 4s, and every voter keeps k2 at every 100ms up to the end;
+// with the fault n2 keeps k1 to the end and no voter peeks at it again.
+// Each run logs the peeks of k1 the voters answered after the lost forget.
+func TestSweepForgetsARegisterOneVotersForgetMissed(t *testing.T) {
+	for _, bug := range []string{"", "own-bucket-noncopies"} {
+		t.Run("bug="+bug, func(t *testing.T) { runMissedForget(t, bug) })
+	}
+}
+
+func runMissedForget(t *testing.T, bug string) {
+	const leaked, held = "k1", "k2"
+	if bucketOf(leaked, 3) != 0 || bucketOf(held, 3) != 0 {
+		t.Fatalf("%s and %s are not n0's to sweep", leaked, held)
+	}
+	cfg := faultFree(1, 3, 1, 2, 3)
+	cfg.Bug = bug
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.RegisterIdle = 300 * time.Millisecond
+	cfg.Duration = 7 * time.Second
+	var (
+		lostAt    time.Duration // when the forget to n2 was cut
+		afterLoss []string      // registers of k1 200ms after
+		goneAt    time.Duration // when no voter kept k1 any more
+		peeks     int           // of k1, answered after the lost forget
+		heldGone  []string      // samples at which a voter kept no k2, or k2 not held
+		kept      []NodeID      // voters keeping k1 at the end
+	)
+	cfg.Script = func(s *sim) {
+		n0, n2, n3 := s.nodes[0], s.nodes[2], s.nodes[3]
+		s.at(1500*time.Millisecond, func() {
+			c := n3.clients[0]
+			c.holdTime = 20 * time.Millisecond
+			c.acquire(leaked, true, time.Second)
+			c = n3.clients[1]
+			c.holdTime = time.Minute // past the end: renewed throughout
+			c.acquire(held, true, time.Second)
+			s.flush(n3)
+		})
+		for _, v := range s.nodes[:3] {
+			prev := v.node.answered
+			v.node.answered = func(req *Request, resp *Response) {
+				for _, op := range req.Ops {
+					if op.Kind != OpPeek || op.Key != leaked {
+						continue
+					}
+					switch {
+					case lostAt > 0:
+						peeks++
+					case v == n2 && req.From == n0.id && s.now > 1500*time.Millisecond:
+						// n0's sweep peeks at k1: what it sends n2 next
+						// (the forget) is lost.
+						lostAt = s.now
+						cut := [2]int{n0.idx, n2.idx}
+						s.cut[cut] = true
+						s.after(50*time.Millisecond, func() { delete(s.cut, cut) })
+						s.after(250*time.Millisecond, func() { _, afterLoss = registersOf(s, leaked, 3) })
+					}
+				}
+				prev(req, resp)
+			}
+		}
+		for at := 2 * time.Second; at < cfg.Duration; at += 100 * time.Millisecond {
+			s.at(at, func() {
+				if h, _ := registersOf(s, leaked, 3); h == 0 && goneAt == 0 && lostAt > 0 {
+					goneAt = s.now
+				}
+				for _, v := range s.nodes[:3] {
+					if r := v.node.acc.regs[held]; r == nil || !r.value.Held {
+						heldGone = append(heldGone, fmt.Sprintf("%v %s", s.now, v.id))
+					}
+				}
+			})
+		}
+		s.at(cfg.Duration-time.Millisecond, func() {
+			for _, v := range s.nodes[:3] {
+				if v.node.acc.regs[leaked] != nil {
+					kept = append(kept, v.id)
+				}
+			}
+		})
+	}
+	s := newSim(cfg)
+	s.run()
+	t.Logf("forget to n2 lost at %v; registers of %s 250ms later: %v", lostAt, leaked, afterLoss)
+	t.Logf("no voter keeps %s from %v; kept at the end by %v; peeks of it answered after the loss: %d; forgotten %d, written back %d",
+		leaked, goneAt, kept, peeks, s.stats.Forgotten, s.stats.WrittenBack)
+	switch {
+	case len(s.fail) > 0:
+		t.Fatalf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
+	case lostAt == 0:
+		t.Fatalf("n0 never swept %s: the run does not reach its state", leaked)
+	case len(afterLoss) != 3 || afterLoss[0] != "n0: none" || afterLoss[1] != "n1: none" || !strings.HasSuffix(afterLoss[2], "copied false"):
+		t.Fatalf("after the lost forget the registers of %s are %v, want n2's alone, not a copy", leaked, afterLoss)
+	case len(heldGone) > 0:
+		t.Fatalf("%s, held throughout, was not held by every voter at %v", held, heldGone)
+	case bug == "" && (goneAt == 0 || goneAt > 4*time.Second):
+		t.Fatalf("%v keep %s at the end (no voter from %v): a register whose forget one voter missed is kept for good", kept, leaked, goneAt)
+	case bug != "" && (!slices.Equal(kept, []NodeID{"n2"}) || peeks > 0):
+		t.Fatalf("under %s %v keep %s at the end, after %d peeks; want n2 alone, never peeked at", bug, kept, leaked, peeks)
 	}
 }

@@ -7,36 +7,13 @@ import (
 	"time"
 )
 
-// Rules of voter changes the random runs do not break often enough to
-// catch, each in a scenario that needs it: the scenario passes with the
-// rule and breaks an invariant without it.
-
-// isolate cuts node i off from every other node, both ways, or heals it.
-func isolate(s *sim, i int, cut bool) {
-	for j := range s.nodes {
-		if j != i {
-			s.cut[[2]int{i, j}], s.cut[[2]int{j, i}] = cut, cut
-		}
-	}
-}
-
-// changeFrom starts a voter change on node n.
-func changeFrom(t *testing.T, s *sim, n *simNode, ch simChange) {
-	var inc uint64
-	if ch.add != "" {
-		inc = s.node(ch.add).inc
-	}
-	id, err := n.node.ChangeVoters(ch.add, inc, ch.remove, n.clock.Now()+time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.changes[id] = &ch
-	s.flush(n)
-}
+// Voter changes in staged runs (design.md R39, R51, R53, R62, R63, R73):
+// rules of voter changes that random runs break too rarely to catch, each
+// in a scenario that needs it, run with the rule and with it broken.
 
 // Moving keys into new voters lists them at a majority of the voters
 // before the change, not at one: a voter that missed a grant (cut off
-// while it was written) lists nothing of it. Here n0 missed n3's grant of
+// while it was written) lists nothing of it (design.md R62). Here n0 missed n3's grant of
 // k0, then drives two changes, {n0 n1 n2} → add n4 → remove n1, listing at
 // itself first. With the rule k0 moves to n4 both times; without it, it
 // never does, and once n3 is cut off, {n0 n4} — a majority of {n0 n2 n4}
@@ -96,7 +73,8 @@ func TestReconfigListsKeysAtAMajority(t *testing.T) {
 }
 
 // A voter that restarts while a change is pending catches up from the
-// voters before the change too, not only from the new ones. Here n1 missed
+// voters before the change too, not only from the new ones (design.md
+// R39). Here n1 missed
 // the release of k0 (cut off while it was written at n0 and n2), n3 starts
 // adding n4 and is cut off as soon as the joint configuration is adopted
 // (before it moves any key), and n0 restarts with its memory lost, then
@@ -177,7 +155,8 @@ func TestReconfigPendingCatchUpAsksThePreviousVoters(t *testing.T) {
 	}
 }
 
-// No register is forgotten while a change is pending. A voter that restarts
+// No register is forgotten while a change is pending (design.md R73). A
+// voter that restarts
 // then catches up from the voters before the change too (the rule above),
 // and a removed voter, asked by no forget of the new configuration, may
 // hold a value the current voters have since moved past and forgotten:
@@ -279,8 +258,8 @@ func TestReconfigPendingChangeForgetsNothing(t *testing.T) {
 // as the mesh's autopilot would, carrying n1's mark into the settled
 // configuration's epoch floor. n4, restarted with its wall clock an hour
 // back so that only the marks keep tokens up, must then be granted k0
-// above E. With "ignore-reserved" (a restart from disk forgets its epoch
-// mark) n4 is granted below E: I2.
+// above E (design.md R51, R64). With "ignore-reserved" (a restart from
+// disk forgets its epoch mark) n4 is granted below E: I2.
 func TestReconfigRemovedVoterRestartsWithoutAnAcceptor(t *testing.T) {
 	for _, bug := range []string{"", "ignore-reserved"} {
 		cfg := faultFree(1, 3, 2, 1, 1)
@@ -353,4 +332,158 @@ func TestReconfigRemovedVoterRestartsWithoutAnAcceptor(t *testing.T) {
 		}
 		t.Logf("bug %q: granted at %d, then at %d; keys moved %d, changes done %d", bug, e, token, s.stats.KeysMoved, s.stats.ChangesDone)
 	}
+}
+
+// A key moved into new voters keeps only the time its lease has left
+// (design.md R63), so that a crashed holder's key is free when its lease
+// ends, not a TTL after each change (two TTLs for an autopilot
+// replacement). Here the holder crashes with most of its lease to run, a
+// voter is removed (the key moves), and a waiter must be granted when the
+// lease ends. With fault migrate-full-ttl every new voter times a full TTL
+// from the move, and the waiter is granted late.
+func TestMovedLeaseKeepsOnlyItsTimeLeft(t *testing.T) {
+	for _, bug := range []string{"", "migrate-full-ttl"} {
+		leaseEnd, granted := voterChangeUnderCrashedHolder(t, bug)
+		late := granted-leaseEnd > time.Second/4
+		t.Logf("bug %q: lease ended at %v, the waiter was granted at %v", bug, leaseEnd, granted)
+		switch {
+		case bug == "" && late:
+			t.Errorf("the waiter was granted %v after the lease ended: the move restarted the exclusion", granted-leaseEnd)
+		case bug != "" && !late:
+			t.Errorf("with the old rule (%s) the waiter was granted only %v after the lease ended: the scenario shows nothing", bug, granted-leaseEnd)
+		}
+	}
+}
+
+// voterChangeUnderCrashedHolder runs TestMovedLeaseKeepsOnlyItsTimeLeft's
+// scenario and returns when the holder's lease ended and when the waiter
+// was granted the key.
+func voterChangeUnderCrashedHolder(t *testing.T, bug string) (leaseEnd, granted time.Duration) {
+	t.Helper()
+	cfg := faultFree(1, 3, 2, 1, 1)
+	cfg.Bug = bug
+	holder, waiter := 3, 4
+	grantAt, crashAt, changeAt := 1500*time.Millisecond, 1600*time.Millisecond, 1700*time.Millisecond
+	cfg.Script = func(s *sim) {
+		h, w := s.nodes[holder].clients[0], s.nodes[waiter].clients[0]
+		h.holdTime, w.holdTime = 10*time.Second, 10*time.Millisecond
+		s.at(grantAt, func() { h.acquire("k0", true, time.Second); s.flush(h.n) })
+		s.at(crashAt, func() {
+			if h.grant == nil {
+				t.Fatalf("the holder was not granted the key by %v", crashAt)
+			}
+			leaseEnd = h.grant.end
+			s.crash(s.nodes[holder])
+		})
+		s.at(changeAt, func() {
+			n := s.nodes[0]
+			id, err := n.node.ChangeVoters("", 0, "n2", n.clock.Now()+3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n.changes[id] = &simChange{remove: "n2"}
+			s.flush(n)
+			w.acquire("k0", true, 5*time.Second)
+			s.flush(w.n)
+		})
+	}
+	s := newSim(cfg)
+	s.run()
+	if len(s.fail) > 0 {
+		t.Fatal(s.fail[0])
+	}
+	if s.stats.ChangesDone != 1 {
+		t.Fatalf("the voter change did not finish: %v", s.stats)
+	}
+	for _, g := range s.check.grants["k0"] {
+		if g.node.idx == waiter {
+			granted = g.start
+		}
+	}
+	if granted == 0 {
+		t.Fatalf("the waiter was never granted the key")
+	}
+	return leaseEnd, granted
+}
+
+// A voter restarts on the newest configuration it saved, never on the
+// founding voters it was started with (design.md R53). After n3 and n4 are
+// added and n1 and n2 removed (voters {n0, n3, n4}), a partition cuts
+// {n0, n1, n2} from {n3, n4}, and n0, n1 and n2 restart. With disks, n1
+// and n2 stay retired and n0 waits for n3 or n4: n1 is not granted k0 while
+// n3 holds it. With fault forget-config a restart ignores the configuration
+// its disk kept: the three ask only the founding voters, all answer
+// "recovering", they conclude a full restart and go live on the founding
+// configuration, whose majority grants k0 to n1 while n3 holds it.
+func TestRestartedFoundersDoNotResurrectAReplacedConfiguration(t *testing.T) {
+	for _, bug := range []string{"", "forget-config"} {
+		s, granted := restartFoundersAfterChanges(t, bug)
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("%s", failureReport(s))
+		case bug == "" && granted:
+			t.Errorf("n1 was granted k0 while n3 held it")
+		case bug != "" && len(s.fail) == 0:
+			t.Errorf("with the old rule (%s) no violation: the scenario shows nothing (n1 granted: %v)", bug, granted)
+		case bug != "":
+			t.Logf("with the old rule (%s): %s", bug, s.fail[0])
+		}
+	}
+}
+
+// restartFoundersAfterChanges runs the scenario of
+// TestRestartedFoundersDoNotResurrectAReplacedConfiguration and reports
+// whether n1 was granted k0 while n3 held it.
+func restartFoundersAfterChanges(t *testing.T, bug string) (s *sim, granted bool) {
+	t.Helper()
+	cfg := faultFree(1, 3, 2, 1, 1)
+	cfg.Bug, cfg.Disks = bug, true
+	cfg.Duration, cfg.HealAt = 10*time.Second, 8*time.Second // the partition is the fault
+	cfg.skipI5 = bug != ""
+	changes := []simChange{{add: "n3"}, {add: "n4"}, {remove: "n1"}, {remove: "n2"}}
+	var holdAt time.Duration
+	cfg.Script = func(s *sim) {
+		for i, ch := range changes {
+			s.at(time.Duration(500+700*i)*time.Millisecond, func() { changeFrom(t, s, s.nodes[0], ch) })
+		}
+		holdAt = time.Duration(500+700*len(changes)) * time.Millisecond
+		h, w := s.nodes[3].clients[0], s.nodes[1].clients[0]
+		h.holdTime = time.Minute
+		s.at(holdAt, func() {
+			if want := []NodeID{"n0", "n3", "n4"}; !slices.Equal(s.m.Voters, want) || s.m.Pending {
+				t.Fatalf("after the changes the voters are %v (pending %v), want %v", s.m.Voters, s.m.Pending, want)
+			}
+			h.acquire("k0", true, time.Second)
+			s.flush(h.n)
+		})
+		s.at(holdAt+500*time.Millisecond, func() {
+			if h.grant == nil {
+				t.Fatalf("n3 holds nothing")
+			}
+			for _, a := range []int{0, 1, 2} {
+				for _, b := range []int{3, 4} {
+					s.cut[[2]int{a, b}], s.cut[[2]int{b, a}] = true, true
+				}
+				s.crash(s.nodes[a])
+			}
+		})
+		s.at(holdAt+600*time.Millisecond, func() {
+			for _, a := range []int{0, 1, 2} {
+				s.start(s.nodes[a])
+			}
+			w.acquire("k0", true, 3*time.Second)
+			s.flush(w.n)
+		})
+	}
+	s = newSim(cfg)
+	s.run()
+	if s.stats.ChangesDone != len(changes) {
+		t.Fatalf("%d of %d voter changes done: %v", s.stats.ChangesDone, len(changes), s.stats)
+	}
+	for _, g := range s.check.grants["k0"] {
+		if g.node.idx == 1 {
+			granted = true
+		}
+	}
+	return s, granted
 }
