@@ -35,10 +35,7 @@ import (
 // that vote with n1's and n2's would make three of five: n3 would adopt C1,
 // and n5's change, finding C1' at the higher ballot, choose it (I5).
 func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
-	cfg := faultFree(1, 5, 4, 1, 1)
-	cfg.Disks, cfg.WallBack = true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+	cfg := onDisks("", 5, 4, 1, 1, 8*time.Second, 7*time.Second)
 	var (
 		adopted, chosen Membership
 		savedCopy       bool // n3's disk held C1 before n3 ever accepted it
@@ -53,17 +50,10 @@ func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 		b2 := Ballot{Counter: 1 << 22, Incarnation: 1001, Node: "p2"} // above n3's ballot mark
 		st := &configStepper{t: t, c: c0}
 		s.at(1200*time.Millisecond, func() {
-			h := n[5].clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n[5])
+			takeAndRelease(n[5], "k0", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:5] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.5s", v.id)
-				}
-			}
+			mustVote(t, n[:5]...)
 			for _, v := range []*simNode{n[1], n[2]} {
 				st.step(v, Op{Kind: OpPrepare, Ballot: b1}, true)
 				st.step(v, Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
@@ -73,31 +63,27 @@ func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 			s.start(n[3])
 		})
 		var second func()
-		var waitLive func()
-		waitLive = func() {
-			if !liveAcceptor(n[3]) {
-				s.after(time.Millisecond, waitLive)
-				return
-			}
-			firstLive = s.now
-			r := n[3].node.acc.regs[ConfigKey]
-			merged := r != nil && r.value.Config != nil && r.value.Config.Equal(c1)
-			if merged {
-				t.Fatalf("n3, restored from its disk, merged a copy of C1 in its catch-up: %+v", r)
-			}
-			if n[3].disk.saved.Config.Value.Config != nil {
-				t.Fatalf("n3's disk holds a configuration before any prepare")
-			}
-			for _, v := range []*simNode{n[0], n[3], n[4]} {
-				st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
-			}
-			if c := n[3].disk.saved.Config.Value.Config; c != nil && c.Equal(c1) {
-				savedCopy = true
-			}
-			st.step(n[0], Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1x}}, true)
-			second()
-		}
-		s.at(1500*time.Millisecond, waitLive)
+		s.at(1500*time.Millisecond, func() {
+			whenLive(n[3], func() {
+				firstLive = s.now
+				r := n[3].node.acc.regs[ConfigKey]
+				merged := r != nil && r.value.Config != nil && r.value.Config.Equal(c1)
+				if merged {
+					t.Fatalf("n3, restored from its disk, merged a copy of C1 in its catch-up: %+v", r)
+				}
+				if n[3].disk.saved.Config.Value.Config != nil {
+					t.Fatalf("n3's disk holds a configuration before any prepare")
+				}
+				for _, v := range []*simNode{n[0], n[3], n[4]} {
+					st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
+				}
+				if c := n[3].disk.saved.Config.Value.Config; c != nil && c.Equal(c1) {
+					savedCopy = true
+				}
+				st.step(n[0], Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1x}}, true)
+				second()
+			})
+		})
 		second = func() {
 			// n3 restarts again from its disk, and hears only n1 and n2.
 			isolate(s, 3, true)
@@ -105,15 +91,7 @@ func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 			cutBoth(s, 3, 2, false)
 			s.crash(n[3])
 			s.start(n[3])
-			var poll func()
-			poll = func() {
-				if m := n[3].node.Membership(); m.Version() > 1 {
-					adopted = m
-					return
-				}
-				s.after(time.Millisecond, poll)
-			}
-			s.after(time.Millisecond, poll)
+			s.after(time.Millisecond, func() { whenAdopted(n[3], func(m Membership) { adopted = m }) })
 			s.after(2*time.Second, func() {
 				// n5, cut off from n2 and n3, reads the register at
 				// {n0 n1 n4} as the first step of a change.
@@ -148,10 +126,7 @@ func TestConfigPrepareSavesOnlyTheVotersOwnVote(t *testing.T) {
 // and goes live holding a copy of C1 at b1. p2 then prepares b2 at n0, n3
 // and n4: n3's disk must hold the promise, and no configuration.
 func TestConfigPrepareOnANewDiskSavesNoCopy(t *testing.T) {
-	cfg := faultFree(1, 5, 4, 1, 1)
-	cfg.Disks, cfg.WallBack = true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 6*time.Second, 5*time.Second
+	cfg := onDisks("", 5, 4, 1, 1, 6*time.Second, 5*time.Second)
 	var (
 		merged, savedCopy, promised bool
 		liveAt                      time.Duration
@@ -170,23 +145,19 @@ func TestConfigPrepareOnANewDiskSavesNoCopy(t *testing.T) {
 			n[3].disk = &simDisk{}
 			s.start(n[3])
 		})
-		var poll func()
-		poll = func() {
-			if !liveAcceptor(n[3]) {
-				s.after(time.Millisecond, poll)
-				return
-			}
-			liveAt = s.now
-			r := n[3].node.acc.regs[ConfigKey]
-			merged = r != nil && r.value.Config != nil && r.value.Config.Equal(c1)
-			for _, v := range []*simNode{n[0], n[3], n[4]} {
-				st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
-			}
-			d := n[3].disk.saved
-			savedCopy = d.Config.Value.Config != nil
-			promised = d.Config.Promise == b2
-		}
-		s.at(1501*time.Millisecond, poll)
+		s.at(1501*time.Millisecond, func() {
+			whenLive(n[3], func() {
+				liveAt = s.now
+				r := n[3].node.acc.regs[ConfigKey]
+				merged = r != nil && r.value.Config != nil && r.value.Config.Equal(c1)
+				for _, v := range []*simNode{n[0], n[3], n[4]} {
+					st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
+				}
+				d := n[3].disk.saved
+				savedCopy = d.Config.Value.Config != nil
+				promised = d.Config.Promise == b2
+			})
+		})
 	}
 	s := newSim(cfg)
 	s.run()
@@ -230,10 +201,7 @@ func TestRestartedVoterAdoptsOnlyAChosenConfiguration(t *testing.T) {
 }
 
 func adoptsOnlyAChosenConfiguration(t *testing.T, bug string) {
-	cfg := faultFree(1, 5, 4, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 6*time.Second, 5*time.Second
+	cfg := onDisks(bug, 5, 4, 1, 1, 6*time.Second, 5*time.Second)
 	var adopted, chosen Membership // what n4 adopted, and what n5 did
 	cfg.Script = func(s *sim) {
 		n := s.nodes
@@ -242,24 +210,10 @@ func adoptsOnlyAChosenConfiguration(t *testing.T, bug string) {
 		c1x := c0.Next(append(slices.Clone(c0.Voters), "n8"), true, n[8].inc)
 		b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
 		b2 := Ballot{Counter: 200, Incarnation: 1001, Node: "p2"}
-		var opID uint64
-		step := func(v *simNode, op Op, ok bool) {
-			opID++
-			op.ID, op.Key = opID, ConfigKey
-			if op.Kind == OpAccept {
-				op.Inc = v.inc
-			}
-			resp := v.node.acc.HandleRequest(&Request{Config: c0.ID, From: op.Ballot.Node, To: v.id, Ops: []Op{op}})
-			if got := resp.Status == StatusOK && resp.Results[0].OK; got != ok {
-				t.Fatalf("%s answered %v %v: status %v, %+v", v.id, op.Kind, op.Ballot, resp.Status, resp.Results)
-			}
-		}
+		st := &configStepper{t: t, c: c0}
 		// Every voter votes once, so that n4's disk says it has voted.
 		s.at(1200*time.Millisecond, func() {
-			h := n[5].clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n[5])
+			takeAndRelease(n[5], "k0", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
 			if !n[4].disk.saved.Voted {
@@ -271,16 +225,16 @@ func adoptsOnlyAChosenConfiguration(t *testing.T, bug string) {
 				}
 			}
 			for _, v := range []*simNode{n[1], n[2], n[3]} {
-				step(v, Op{Kind: OpPrepare, Ballot: b1}, true)
+				st.step(v, Op{Kind: OpPrepare, Ballot: b1}, true)
 			}
 			for _, v := range []*simNode{n[0], n[3], n[4]} {
-				step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
+				st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
 			}
 			for _, v := range []*simNode{n[1], n[2]} {
-				step(v, Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
+				st.step(v, Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
 			}
-			step(n[3], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, false) // promised b2
-			step(n[0], Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1x}}, true)
+			st.step(n[3], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, false) // promised b2
+			st.step(n[0], Op{Kind: OpAccept, Ballot: b2, Value: Value{Config: &c1x}}, true)
 			// n4 restarts from its disk, and hears only n1, n2 and n3.
 			isolate(s, 4, true)
 			for _, v := range []int{1, 2, 3} {
@@ -289,15 +243,7 @@ func adoptsOnlyAChosenConfiguration(t *testing.T, bug string) {
 			s.crash(n[4])
 			s.start(n[4])
 		})
-		var poll func()
-		poll = func() {
-			if m := n[4].node.Membership(); m.Version() > 1 {
-				adopted = m
-				return
-			}
-			s.after(time.Millisecond, poll)
-		}
-		s.at(1500*time.Millisecond, poll)
+		s.at(1500*time.Millisecond, func() { whenAdopted(n[4], func(m Membership) { adopted = m }) })
 		s.at(3500*time.Millisecond, func() {
 			// n2 and n4 cut off from it, n5 reads the register at
 			// {n0 n1 n3} as the first step of a change.
@@ -354,10 +300,7 @@ func TestCopiedConfigurationsAreNoVotes(t *testing.T) {
 }
 
 func runCopiedConfigurations(t *testing.T, bug string) {
-	cfg := faultFree(1, 5, 4, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 9*time.Second, 8*time.Second
+	cfg := onDisks(bug, 5, 4, 1, 1, 9*time.Second, 8*time.Second)
 	var (
 		states  []string
 		n6Conf  string
@@ -375,17 +318,10 @@ func runCopiedConfigurations(t *testing.T, bug string) {
 		b3 := Ballot{Counter: 300, Incarnation: 1001, Node: "p3"}
 		st := &configStepper{t: t, c: c0}
 		s.at(1000*time.Millisecond, func() {
-			h := n[5].clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k1", true, time.Second)
-			s.flush(n[5])
+			takeAndRelease(n[5], "k1", 50*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:5] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:5]...)
 			for _, v := range []*simNode{n1, n2, n3} {
 				st.step(v, Op{Kind: OpPrepare, Ballot: b2}, true)
 			}

@@ -29,10 +29,7 @@ import (
 // grant after the change is below E: I2.
 func TestRestartedVoterListsKeysOnlyOnceCaughtUp(t *testing.T) {
 	for _, bug := range []string{"", "skip-prev-catch-up"} {
-		cfg := faultFree(1, 3, 3, 1, 1)
-		cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-		cfg.Drift, cfg.Clocks = 0, ""
-		cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+		cfg := onDisks(bug, 3, 3, 1, 1, 8*time.Second, 7*time.Second)
 		const healN0N2 = 3500 * time.Millisecond
 		var (
 			e, token       uint64
@@ -101,7 +98,7 @@ func TestRestartedVoterListsKeysOnlyOnceCaughtUp(t *testing.T) {
 				// k0, goes quiet; a node whose wall clock runs an hour back
 				// takes k0 from {n1 n2 n3}.
 				isolate(s, 0, true)
-				s.wallBack = int64(time.Hour / time.Microsecond)
+				wallClocksBack(s, time.Hour)
 				s.crash(n4)
 				s.start(n4)
 				w := n4.clients[0]

@@ -36,10 +36,7 @@ func TestRecoveredNewDiskVoterRemembersItVoted(t *testing.T) {
 }
 
 func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
-	cfg := faultFree(1, 3, 2, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+	cfg := onDisks(bug, 3, 2, 1, 1, 8*time.Second, 7*time.Second)
 	var (
 		e, token           uint64
 		firstLive          time.Duration
@@ -58,10 +55,7 @@ func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
 				}
 			}
 			isolate(s, 2, true)
-			h := n3.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n3)
+			takeAndRelease(n3, "k0", 50*time.Millisecond)
 		})
 		s.at(1800*time.Millisecond, func() {
 			e = s.check.maxToken["k0"]
@@ -72,7 +66,7 @@ func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
 				t.Fatalf("n2 accepted k0: the scenario shows nothing")
 			}
 			isolate(s, 2, false)
-			s.wallBack = int64(time.Hour / time.Microsecond)
+			wallClocksBack(s, time.Hour)
 			s.crash(n0)
 			n0.disk = &simDisk{} // its disk is lost; a new, empty one
 			s.start(n0)
@@ -153,11 +147,7 @@ func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
 // {n0 n1}, which know nothing of it, at n0's epoch mark plus one: below E
 // (I2). n0 waits for n2's word instead, and nothing is granted below E.
 func TestFreshAnswerDoesNotCountAsARestartedVoter(t *testing.T) {
-	cfg := faultFree(1, 3, 1, 1, 2)
-	cfg.Bug = "trust-own-empty-disk"
-	cfg.Disks, cfg.WallBack = true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 10*time.Second, 9*time.Second
+	cfg := onDisks("trust-own-empty-disk", 3, 1, 1, 2, 10*time.Second, 9*time.Second)
 	var (
 		e, e1, token, n0Mark   uint64
 		n1LiveAt, n0LiveAt     time.Duration
@@ -174,10 +164,7 @@ func TestFreshAnswerDoesNotCountAsARestartedVoter(t *testing.T) {
 				}
 			}
 			isolate(s, 0, true)
-			h := n3.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n3)
+			takeAndRelease(n3, "k0", 50*time.Millisecond)
 		})
 		var afterProbe, afterK1, afterRestart func()
 		s.at(1800*time.Millisecond, func() {
@@ -191,30 +178,23 @@ func TestFreshAnswerDoesNotCountAsARestartedVoter(t *testing.T) {
 			isolate(s, 0, false)
 			cutBoth(s, 1, 2, true)
 			cutBoth(s, 1, 3, true)
-			s.wallBack = int64(time.Hour / time.Microsecond)
+			wallClocksBack(s, time.Hour)
 			s.crash(n1)
 			n1.disk = &simDisk{} // its disk is lost; a new, empty one
 			s.start(n1)
-			var poll func()
-			poll = func() {
-				if !liveAcceptor(n1) {
-					s.after(time.Millisecond, poll)
-					return
-				}
-				n1LiveAt = s.now
-				n1Voted = n1.disk.saved != nil && n1.disk.saved.Voted
-				n1Amnesiac = n1.node.acc.amnesiac
-				afterProbe()
-			}
-			s.after(time.Millisecond, poll)
+			s.after(time.Millisecond, func() {
+				whenLive(n1, func() {
+					n1LiveAt = s.now
+					n1Voted = n1.disk.saved != nil && n1.disk.saved.Voted
+					n1Amnesiac = n1.node.acc.amnesiac
+					afterProbe()
+				})
+			})
 		})
 		afterProbe = func() {
 			s.crash(n3)
 			s.start(n3) // its wall clock an hour back
-			h := n3.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k1", true, time.Second)
-			s.flush(n3)
+			takeAndRelease(n3, "k1", 50*time.Millisecond)
 			s.after(800*time.Millisecond, afterK1)
 		}
 		afterK1 = func() {
@@ -230,17 +210,13 @@ func TestFreshAnswerDoesNotCountAsARestartedVoter(t *testing.T) {
 			s.crash(n0)
 			cutBoth(s, 0, 2, true)
 			s.start(n0)
-			var poll func()
-			poll = func() {
-				if !liveAcceptor(n0) {
-					s.after(time.Millisecond, poll)
-					return
-				}
-				n0LiveAt = s.now
-				n1FreshAtLive = n1.disk.saved == nil || !n1.disk.saved.Voted
-				afterRestart()
-			}
-			s.after(time.Millisecond, poll)
+			s.after(time.Millisecond, func() {
+				whenLive(n0, func() {
+					n0LiveAt = s.now
+					n1FreshAtLive = n1.disk.saved == nil || !n1.disk.saved.Voted
+					afterRestart()
+				})
+			})
 		}
 		afterRestart = func() {
 			q := n0.clients[0]

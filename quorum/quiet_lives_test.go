@@ -50,10 +50,7 @@ func TestPartnerRestartedAgainGetsTheLiveVotersWord(t *testing.T) {
 }
 
 func runPartnerRestartedAgain(t *testing.T, c, bug string) {
-	cfg := faultFree(1, 3, 2, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 10*time.Second, 9*time.Second
+	cfg := onDisks(bug, 3, 2, 1, 1, 10*time.Second, 9*time.Second)
 	var (
 		liveA, liveB time.Duration
 		bAgain       time.Duration
@@ -63,17 +60,10 @@ func runPartnerRestartedAgain(t *testing.T, c, bug string) {
 		n := s.nodes
 		A, B, C, n4 := n[0], n[1], n[2], n[4]
 		s.at(1000*time.Millisecond, func() {
-			h := n4.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k1", true, time.Second)
-			s.flush(n4)
+			takeAndRelease(n4, "k1", 50*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 			s.crash(C) // gone until the heal
 		})
 		s.at(1500*time.Millisecond, func() {
@@ -145,10 +135,7 @@ func TestQuietLivesEndWhenALifeVotes(t *testing.T) {
 }
 
 func runQuietLivesEnd(t *testing.T, bug string) {
-	cfg := faultFree(1, 3, 2, 8, 8)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 10*time.Second, 9*time.Second
+	cfg := onDisks(bug, 3, 2, 8, 8, 10*time.Second, 9*time.Second)
 	var liveAB, bAgain, liveB2, reads time.Duration
 	taken, cutAB := 0, false
 	cfg.Script = func(s *sim) {
@@ -156,18 +143,10 @@ func runQuietLivesEnd(t *testing.T, bug string) {
 		A, B, C, X, Y := n[0], n[1], n[2], n[3], n[4]
 		s.at(1000*time.Millisecond, func() {
 			// Every voter votes: each holds k0..k7 free at an epoch.
-			for i, h := range Y.clients {
-				h.holdTime = 20 * time.Millisecond
-				h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-			}
-			s.flush(Y)
+			takeAndReleaseEach(Y, 20*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !v.disk.saved.Voted {
-					t.Fatalf("%s has not voted at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 			isolate(s, C.idx, true)
 		})
 		s.at(1500*time.Millisecond, func() {
@@ -181,11 +160,7 @@ func runQuietLivesEnd(t *testing.T, bug string) {
 			switch {
 			case liveAB == 0 && liveAcceptor(A) && liveAcceptor(B):
 				liveAB = s.now
-				for i, h := range X.clients {
-					h.holdTime = 20 * time.Millisecond
-					h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-				}
-				s.flush(X)
+				takeAndReleaseEach(X, 20*time.Millisecond)
 			case liveAB != 0 && bAgain == 0:
 				done := 0
 				for _, h := range X.clients {
@@ -272,10 +247,7 @@ func TestQuietLivesEndWhenALifeVotesOfFiveVoters(t *testing.T) {
 }
 
 func runQuietLivesOfFiveVoters(t *testing.T, bug string) {
-	cfg := faultFree(1, 5, 2, 8, 8)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 12*time.Second, 10*time.Second
+	cfg := onDisks(bug, 5, 2, 8, 8, 12*time.Second, 10*time.Second)
 	var (
 		liveAC, cAgain, liveB1, liveC2, reads time.Duration
 		cutAC                                 bool
@@ -286,18 +258,10 @@ func runQuietLivesOfFiveVoters(t *testing.T, bug string) {
 		n := s.nodes
 		A, B, C, D, E, X, Y := n[0], n[1], n[2], n[3], n[4], n[5], n[6]
 		s.at(1000*time.Millisecond, func() {
-			for i, h := range Y.clients {
-				h.holdTime = 20 * time.Millisecond
-				h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-			}
-			s.flush(Y)
+			takeAndReleaseEach(Y, 20*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:5] {
-				if !v.disk.saved.Voted {
-					t.Fatalf("%s has not voted at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:5]...)
 		})
 		s.at(1500*time.Millisecond, func() {
 			s.crash(A)
@@ -321,11 +285,7 @@ func runQuietLivesOfFiveVoters(t *testing.T, bug string) {
 					return // the run does not reach its state
 				}
 				isolate(s, E.idx, true)
-				for i, h := range X.clients {
-					h.holdTime = 20 * time.Millisecond
-					h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-				}
-				s.flush(X)
+				takeAndReleaseEach(X, 20*time.Millisecond)
 			case liveAC != 0 && cAgain == 0:
 				done := 0
 				for _, h := range X.clients {
@@ -419,10 +379,7 @@ func TestQuietLifeCountedByAFullRestart(t *testing.T) {
 }
 
 func runQuietLifeInAFullRestart(t *testing.T, bug string) {
-	cfg := faultFree(1, 3, 2, 4, 4)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 12*time.Second, 9*time.Second
+	cfg := onDisks(bug, 3, 2, 4, 4, 12*time.Second, 9*time.Second)
 	var (
 		liveA, bAgain, liveB2, took, read time.Duration
 		counted, b1, b2                   uint64
@@ -432,18 +389,10 @@ func runQuietLifeInAFullRestart(t *testing.T, bug string) {
 		n := s.nodes
 		A, B, C, X, Y := n[0], n[1], n[2], n[3], n[4]
 		s.at(1000*time.Millisecond, func() {
-			for i, h := range Y.clients {
-				h.holdTime = 20 * time.Millisecond
-				h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-			}
-			s.flush(Y)
+			takeAndReleaseEach(Y, 20*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !v.disk.saved.Voted {
-					t.Fatalf("%s has not voted at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 		})
 		s.at(1500*time.Millisecond, func() {
 			s.crash(A)
@@ -473,11 +422,7 @@ func runQuietLifeInAFullRestart(t *testing.T, bug string) {
 				b2 = B.inc
 			case liveA != 0 && liveB2 == 0 && liveAcceptor(B):
 				liveB2 = s.now
-				for i, h := range X.clients {
-					h.holdTime = 20 * time.Millisecond
-					h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-				}
-				s.flush(X)
+				takeAndReleaseEach(X, 20*time.Millisecond)
 			case liveB2 != 0 && took == 0:
 				done := 0
 				for _, h := range X.clients {
@@ -540,10 +485,7 @@ func TestQuietLivesAcrossVoterChanges(t *testing.T) {
 }
 
 func runQuietLivesAcrossChanges(t *testing.T, bug string) {
-	cfg := faultFree(1, 3, 2, 4, 4)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 12*time.Second, 9*time.Second
+	cfg := onDisks(bug, 3, 2, 4, 4, 12*time.Second, 9*time.Second)
 	var (
 		liveA, changed, bAgain, liveB2, reads time.Duration
 		counted, b1                           uint64
@@ -553,18 +495,10 @@ func runQuietLivesAcrossChanges(t *testing.T, bug string) {
 		n := s.nodes
 		A, B, C, D, X := n[0], n[1], n[2], n[3], n[4]
 		s.at(1000*time.Millisecond, func() {
-			for i, h := range X.clients {
-				h.holdTime = 20 * time.Millisecond
-				h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-			}
-			s.flush(X)
+			takeAndReleaseEach(X, 20*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !v.disk.saved.Voted {
-					t.Fatalf("%s has not voted at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 			cutBoth(s, B.idx, C.idx, true)
 		})
 		s.at(1500*time.Millisecond, func() {
@@ -593,11 +527,7 @@ func runQuietLivesAcrossChanges(t *testing.T, bug string) {
 			case stage == 2 && slices.Equal(s.m.Voters, []NodeID{A.id, B.id, D.id}) && !s.m.Pending:
 				stage, changed = 3, s.now
 				isolate(s, C.idx, true)
-				for i, h := range X.clients {
-					h.holdTime = 20 * time.Millisecond
-					h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
-				}
-				s.flush(X)
+				takeAndReleaseEach(X, 20*time.Millisecond)
 			case stage == 3:
 				done := 0
 				for _, h := range X.clients {
@@ -678,10 +608,7 @@ func TestQuietLivesAreBounded(t *testing.T) {
 }
 
 func runQuietLivesBound(t *testing.T, restarts int, newDisk, votes bool) {
-	cfg := faultFree(1, 3, 2, 1, 1)
-	cfg.Disks, cfg.WallBack = true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 12*time.Second, 9*time.Second
+	cfg := onDisks("", 3, 2, 1, 1, 12*time.Second, 9*time.Second)
 	var (
 		liveA, lastStart, liveB time.Duration
 		counted, b1             uint64
@@ -692,17 +619,10 @@ func runQuietLivesBound(t *testing.T, restarts int, newDisk, votes bool) {
 		n := s.nodes
 		A, B, C, Y := n[0], n[1], n[2], n[4]
 		s.at(1000*time.Millisecond, func() {
-			h := Y.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k1", true, time.Second)
-			s.flush(Y)
+			takeAndRelease(Y, "k1", 50*time.Millisecond)
 		})
 		s.at(1300*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !v.disk.saved.Voted {
-					t.Fatalf("%s has not voted at 1.3s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 			s.crash(C) // gone until the heal
 		})
 		s.at(1500*time.Millisecond, func() {

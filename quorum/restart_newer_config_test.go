@@ -46,10 +46,7 @@ func TestFullRestartWaitsForANewerConfigurationThatMayBeChosen(t *testing.T) {
 }
 
 func runFullRestartWithANewerConfiguration(t *testing.T, lost, bug string) {
-	cfg := faultFree(1, 3, 3, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 9*time.Second, 8*time.Second
+	cfg := onDisks(bug, 3, 3, 1, 1, 9*time.Second, 8*time.Second)
 	var (
 		accepted         []NodeID
 		n0Live, n2Live   string
@@ -76,17 +73,10 @@ func runFullRestartWithANewerConfiguration(t *testing.T, lost, bug string) {
 		s.at(1200*time.Millisecond, func() {
 			// Every voter votes once (a new disk's probe must not find a
 			// voter that never voted).
-			h := n4.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n4)
+			takeAndRelease(n4, "k0", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.5s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 			changing = true
 			changeFrom(t, s, n5, simChange{add: "n3"})
 		})
@@ -182,10 +172,7 @@ func runFullRestartWithANewerConfiguration(t *testing.T, lost, bug string) {
 // accept C1 and restarted with disks, n1 would go live with them in C0,
 // and k0 be granted an hour below E after the mesh settled version 3 (I2).
 func TestLostDisksCountAsMaybeAcceptingANewerConfiguration(t *testing.T) {
-	cfg := faultFree(1, 3, 3, 1, 1)
-	cfg.Disks, cfg.WallBack = true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 9*time.Second, 8*time.Second
+	cfg := onDisks("", 3, 3, 1, 1, 9*time.Second, 8*time.Second)
 	var (
 		e, token  uint64
 		accepted  []NodeID
@@ -235,10 +222,7 @@ func TestLostDisksCountAsMaybeAcceptingANewerConfiguration(t *testing.T) {
 			if n1.node.Membership().Version() != 1 || n0.node.Membership().Version() < 2 || n2.node.Membership().Version() < 2 || n3.node.Membership().Version() < 2 {
 				t.Fatalf("not adopted as staged: %v (accepted %v)", adopted, accepted)
 			}
-			h := n5.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n5)
+			takeAndRelease(n5, "k0", 50*time.Millisecond)
 		})
 		s.at(2600*time.Millisecond, func() {
 			e = s.check.maxToken["k0"]
@@ -250,7 +234,7 @@ func TestLostDisksCountAsMaybeAcceptingANewerConfiguration(t *testing.T) {
 			}
 			n1Mark = n1.disk.saved.Reserved
 			gone = true
-			s.wallBack = int64(time.Hour / time.Microsecond)
+			wallClocksBack(s, time.Hour)
 			for _, v := range n[:3] {
 				s.crash(v)
 			}
@@ -333,10 +317,7 @@ func TestAnswersOfVotersThatForgotCountAsUnheard(t *testing.T) {
 }
 
 func runNewDisksBehindAChosenChange(t *testing.T, bug string) {
-	cfg := faultFree(1, 5, 3, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 9*time.Second, 8*time.Second
+	cfg := onDisks(bug, 5, 3, 1, 1, 9*time.Second, 8*time.Second)
 	var (
 		accepted []NodeID
 		live     = map[NodeID]string{}
@@ -364,17 +345,10 @@ func runNewDisksBehindAChosenChange(t *testing.T, bug string) {
 		s.at(1200*time.Millisecond, func() {
 			// Every voter votes once: the new disks' probes must hear
 			// voters that voted.
-			h := n7.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n7)
+			takeAndRelease(n7, "k0", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:5] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.5s", v.id)
-				}
-			}
+			mustVote(t, n[:5]...)
 			changing = true
 			changeFrom(t, s, n6, simChange{add: "n5"})
 		})
@@ -461,10 +435,7 @@ func TestVoterWithoutItsDiskCountsItselfAsMaybeAccepting(t *testing.T) {
 }
 
 func runVoterWithoutDiskThatAccepted(t *testing.T, lost, bug string) {
-	cfg := faultFree(1, 4, 3, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+	cfg := onDisks(bug, 4, 3, 1, 1, 8*time.Second, 7*time.Second)
 	var (
 		e, token  uint64
 		n3Version uint64
@@ -522,7 +493,7 @@ func runVoterWithoutDiskThatAccepted(t *testing.T, lost, bug string) {
 			if r := n3.node.acc.regs["k0"]; r == nil || r.value.Epoch != e {
 				t.Fatalf("n3 did not accept k0 at %d: the scenario shows nothing", e)
 			}
-			s.wallBack = int64(time.Hour / time.Microsecond)
+			wallClocksBack(s, time.Hour)
 			old[n3] = true
 			switch lost {
 			case "none":
@@ -589,10 +560,7 @@ func runVoterWithoutDiskThatAccepted(t *testing.T, lost, bug string) {
 // below E (I2).
 func TestVoterWithoutDiskDoesNotVoteInAReplacedConfiguration(t *testing.T) {
 	for _, bug := range []string{"", "ignore-newer-config"} {
-		cfg := faultFree(1, 4, 3, 1, 1)
-		cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-		cfg.Drift, cfg.Clocks = 0, ""
-		cfg.Duration, cfg.HealAt = 8*time.Second, 7*time.Second
+		cfg := onDisks(bug, 4, 3, 1, 1, 8*time.Second, 7*time.Second)
 		var (
 			e, token  uint64
 			n3Version uint64 // the configuration n3 is on when its client acquires
@@ -645,7 +613,7 @@ func TestVoterWithoutDiskDoesNotVoteInAReplacedConfiguration(t *testing.T) {
 				if r := n3.node.acc.regs["k0"]; r == nil || r.value.Epoch != e {
 					t.Fatalf("n3 did not accept k0 at %d: the scenario shows nothing", e)
 				}
-				s.wallBack = int64(time.Hour / time.Microsecond)
+				wallClocksBack(s, time.Hour)
 				old[n3] = true
 				restartAmnesiac(s, n3)
 			})
@@ -713,10 +681,7 @@ func runRestoredVoterBehindAnAbandonedChange(t *testing.T, c string) {
 	if c == "down" {
 		voters, restarted = 5, 4
 	}
-	cfg := faultFree(1, voters, 2, 1, 1)
-	cfg.Disks, cfg.WallBack = true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 10*time.Second, 9*time.Second
+	cfg := onDisks("", voters, 2, 1, 1, 10*time.Second, 9*time.Second)
 	var (
 		liveAt   time.Duration
 		recovery Recovery
@@ -730,17 +695,10 @@ func runRestoredVoterBehindAnAbandonedChange(t *testing.T, c string) {
 		b2 := Ballot{Counter: 200, Incarnation: 1001, Node: "p2"}
 		st := &configStepper{t: t, c: c0}
 		s.at(1200*time.Millisecond, func() {
-			h := n[voters].clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k0", true, time.Second)
-			s.flush(n[voters])
+			takeAndRelease(n[voters], "k0", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:voters] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.5s", v.id)
-				}
-			}
+			mustVote(t, n[:voters]...)
 			switch c {
 			case "ballots":
 				st.step(n[1], Op{Kind: OpPrepare, Ballot: b1}, true)
@@ -756,15 +714,7 @@ func runRestoredVoterBehindAnAbandonedChange(t *testing.T, c string) {
 			}
 			s.crash(n[restarted])
 			s.start(n[restarted])
-			var poll func()
-			poll = func() {
-				if liveAcceptor(n[restarted]) {
-					liveAt = s.now
-					return
-				}
-				s.after(time.Millisecond, poll)
-			}
-			s.after(time.Millisecond, poll)
+			s.after(time.Millisecond, func() { whenLive(n[restarted], func() { liveAt = s.now }) })
 		})
 		s.at(9*time.Second, func() {
 			if a := n[restarted].node.acc; a != nil {
@@ -820,17 +770,7 @@ func TestVoterChangeFreesAVoterWithoutDiskBehindAnAbandonedChange(t *testing.T) 
 			st.step(n[1], Op{Kind: OpAccept, Ballot: b1, Value: Value{Config: &c1}}, true)
 			s.crash(n[2])
 			s.start(n[2])
-			var poll func()
-			poll = func() {
-				if liveAcceptor(n[2]) {
-					if liveAt == 0 {
-						liveAt = s.now
-					}
-					return
-				}
-				s.after(time.Millisecond, poll)
-			}
-			s.after(time.Millisecond, poll)
+			s.after(time.Millisecond, func() { whenLive(n[2], func() { liveAt = s.now }) })
 		})
 		s.at(8*time.Second, func() {
 			if a := n[2].node.acc; a != nil {
@@ -838,15 +778,7 @@ func TestVoterChangeFreesAVoterWithoutDiskBehindAnAbandonedChange(t *testing.T) 
 			}
 			// What the quorum package offers: a voter change (any).
 			changeFrom(t, s, n[3], simChange{add: "n4"})
-			var poll func()
-			poll = func() {
-				if liveAcceptor(n[2]) {
-					settled = s.now
-					return
-				}
-				s.after(time.Millisecond, poll)
-			}
-			s.after(time.Millisecond, poll)
+			s.after(time.Millisecond, func() { whenLive(n[2], func() { settled = s.now }) })
 		})
 	}
 	s := newSim(cfg)

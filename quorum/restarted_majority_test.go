@@ -48,10 +48,7 @@ func TestRecoveredVoterNoLongerCountsAsLost(t *testing.T) {
 }
 
 func runRestartsThatNeverOverlap(t *testing.T, bug string) {
-	cfg := faultFree(1, 5, 2, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 9*time.Second, 8*time.Second
+	cfg := onDisks(bug, 5, 2, 1, 1, 9*time.Second, 8*time.Second)
 	var (
 		e1       uint64
 		aLive    string
@@ -66,17 +63,10 @@ func runRestartsThatNeverOverlap(t *testing.T, bug string) {
 		s.at(1000*time.Millisecond, func() {
 			// Every voter votes once, so that each restart from disk is
 			// one from a disk that holds a vote.
-			h := n6.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k1", true, time.Second)
-			s.flush(n6)
+			takeAndRelease(n6, "k1", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:5] {
-				if !liveAcceptor(v) || v.disk.saved == nil || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.5s", v.id)
-				}
-			}
+			mustVote(t, n[:5]...)
 			// A reaches B only, among the voters.
 			cutBoth(s, A.idx, C.idx, true)
 			cutBoth(s, A.idx, D.idx, true)
@@ -96,10 +86,7 @@ func runRestartsThatNeverOverlap(t *testing.T, bug string) {
 			t.Logf("at 2.8s A's catch-up from B: done %v, counted as lost %v", p.done, p.lost)
 			// n5 takes k0 through {B, C, D}.
 			cutBoth(s, E.idx, n5.idx, true)
-			h := n5.clients[0]
-			h.holdTime = time.Hour
-			h.acquire("k0", true, time.Second)
-			s.flush(n5)
+			takeAndRelease(n5, "k0", time.Hour)
 		})
 		s.at(3000*time.Millisecond, func() {
 			h := n5.clients[0]
@@ -191,10 +178,7 @@ func TestFullRestartDuringAPendingChangeCountsThePreviousVoters(t *testing.T) {
 }
 
 func runFullRestartDuringAPendingAdd(t *testing.T, c, bug string) {
-	cfg := faultFree(1, 3, 4, 1, 1)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 16*time.Second, 8*time.Second
+	cfg := onDisks(bug, 3, 4, 1, 1, 16*time.Second, 8*time.Second)
 	var (
 		at4, at7 []string
 		version  uint64
@@ -206,17 +190,10 @@ func runFullRestartDuringAPendingAdd(t *testing.T, c, bug string) {
 		n := s.nodes
 		A, B, C, D, n5, n6 := n[0], n[1], n[2], n[3], n[5], n[6]
 		s.at(1000*time.Millisecond, func() {
-			h := n6.clients[0]
-			h.holdTime = 50 * time.Millisecond
-			h.acquire("k1", true, time.Second)
-			s.flush(n6)
+			takeAndRelease(n6, "k1", 50*time.Millisecond)
 		})
 		s.at(1500*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !liveAcceptor(v) || !v.disk.saved.Voted {
-					t.Fatalf("%s does not vote at 1.5s", v.id)
-				}
-			}
+			mustVote(t, n[:3]...)
 			if c == "settled" {
 				return
 			}

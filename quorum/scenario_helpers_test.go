@@ -137,3 +137,71 @@ func (st *configStepper) step(v *simNode, op Op, ok bool) {
 		st.t.Fatalf("%s answered %v %v: status %v, %+v", v.id, op.Kind, op.Ballot, resp.Status, resp.Results)
 	}
 }
+
+// onDisks is a fault-free run of seed 1 whose nodes keep data directories,
+// with rule bug broken (none when empty), clocks at the rate of real time,
+// wall clocks never set back but by the scenario itself, and the heal (of
+// the scenario's cuts; liveness checked from then) at healAt.
+func onDisks(bug string, voters, proposers, clients, keys int, duration, healAt time.Duration) simConfig {
+	cfg := faultFree(1, voters, proposers, clients, keys)
+	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
+	cfg.Drift, cfg.Clocks = 0, ""
+	cfg.Duration, cfg.HealAt = duration, healAt
+	return cfg
+}
+
+// takeAndRelease has n's first client take key, hold it for hold and
+// release it: with disks, a way to have every voter vote once.
+func takeAndRelease(n *simNode, key string, hold time.Duration) {
+	h := n.clients[0]
+	h.holdTime = hold
+	h.acquire(key, true, time.Second)
+	n.s.flush(n)
+}
+
+// takeAndReleaseEach has each client i of n take key ki, hold it for hold
+// and release it.
+func takeAndReleaseEach(n *simNode, hold time.Duration) {
+	for i, h := range n.clients {
+		h.holdTime = hold
+		h.acquire(fmt.Sprintf("k%d", i), true, time.Second)
+	}
+	n.s.flush(n)
+}
+
+// mustVote fails the test unless every node of nodes runs an acceptor that
+// votes and, if it has a disk, says there that it voted.
+func mustVote(t *testing.T, nodes ...*simNode) {
+	t.Helper()
+	for _, v := range nodes {
+		if !liveAcceptor(v) || v.disk != nil && (v.disk.saved == nil || !v.disk.saved.Voted) {
+			t.Fatalf("%s does not vote at %v", v.id, v.s.now)
+		}
+	}
+}
+
+// whenLive calls fn once n votes: at once if it does, else at the first
+// millisecond from now at which it does.
+func whenLive(n *simNode, fn func()) {
+	if !liveAcceptor(n) {
+		n.s.after(time.Millisecond, func() { whenLive(n, fn) })
+		return
+	}
+	fn()
+}
+
+// whenAdopted calls fn with the configuration n adopts once it is newer
+// than the founding one: at once, or at the first millisecond from now.
+func whenAdopted(n *simNode, fn func(Membership)) {
+	if m := n.node.Membership(); m.Version() > 1 {
+		fn(m)
+		return
+	}
+	n.s.after(time.Millisecond, func() { whenAdopted(n, fn) })
+}
+
+// wallClocksBack sets the wall clocks of the lives that start from now on
+// d back.
+func wallClocksBack(s *sim, d time.Duration) {
+	s.wallBack = int64(d / time.Microsecond)
+}

@@ -180,10 +180,7 @@ func runSweepOfDemotedCopies(t *testing.T, cap int, bug string, want []string) {
 		n := s.nodes
 		n5 := n[5]
 		s.at(500*time.Millisecond, func() {
-			h := n5.clients[0]
-			h.holdTime = 20 * time.Millisecond
-			h.acquire("k9", true, time.Second)
-			s.flush(n5)
+			takeAndRelease(n5, "k9", 20*time.Millisecond)
 		})
 		for i, k := range keys {
 			k := k

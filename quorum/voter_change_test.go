@@ -290,7 +290,7 @@ func TestReconfigRemovedVoterRestartsWithoutAnAcceptor(t *testing.T) {
 				if n2.node.Membership().IsVoter("n2") {
 					t.Fatalf("n2 has not adopted its removal: %v", n2.node.Membership().Voters)
 				}
-				s.wallBack = int64(time.Hour / time.Microsecond)
+				wallClocksBack(s, time.Hour)
 				for _, n := range []*simNode{n1, n2, n4} {
 					s.crash(n)
 					s.start(n)
