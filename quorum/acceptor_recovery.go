@@ -163,7 +163,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		// voter unless its disk shows that none of its lives since the
 		// one counted went live (Quiet): then its registers are as gone
 		// as that life's, and nothing was chosen with it since
-		// (TestPartnerRestartedAgainGetsTheLiveVotersWord).
+		// (testdata/scenarios/partner_restarted_again.txt).
 		if inc := a.restartedWith[req.From]; inc != 0 && req.Inc != 0 {
 			resp.LostWith = req.Inc == inc || (req.Inc > inc && a.faults.lostWithLaterLives) ||
 				(slices.Contains(req.Quiet, inc) && !a.faults.ignoreQuiet)
@@ -702,7 +702,7 @@ func (a *Acceptor) goLive() {
 // earlier life, which its new disk never saw; a disk that said it never
 // voted let it go live at once after its next restart, with no quarantine
 // and no registers, and a majority with it no longer met the one that had
-// chosen a grant (I2, TestRecoveredNewDiskVoterRemembersItVoted).
+// chosen a grant (I2, testdata/scenarios/new_disk_vote_saved_forgotten.txt).
 func (a *Acceptor) persistLive() bool {
 	amnesiac := a.amnesiac && !a.faults.forgetAmnesiaVote && !a.dur.Voted
 	quiet := len(a.dur.Quiet) > 0 && !a.faults.keepQuiet

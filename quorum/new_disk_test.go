@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -11,116 +10,6 @@ import (
 // a Fresh answer from such a voter does not count as one from a voter
 // restarted from its disk; and once it recovered as a voter that forgot,
 // its disk says that it voted.
-
-// A voter that lost its disk and restarts on a new, empty one hears that
-// others voted and recovers as one that forgot: quarantine, then a full
-// catch-up, whose copies stand for the votes of its earlier life. Going
-// live, it saves that it voted, with its horizon and marks (design.md R56),
-// so that a restart from that disk quarantines and catches up again. With
-// fault forget-amnesia-vote it saves only its configuration: its disk says
-// it never voted, and its next life goes live at once, its registers empty,
-// and a majority with it no longer meets the one that chose what its
-// earlier life voted for.
-//
-// Voters n0..n2, all with disks. k0 is granted and freed at epoch E by
-// {n0 n1} (n2 cut off). n0's disk is replaced by an empty one: it restarts,
-// its wall clock an hour back, and catches up from n1 and n2 (copying k0 at
-// E). It goes live, accepts nothing, and restarts from the same disk. With
-// n1 cut off, its client takes k0 from {n0 n2}: above E with the rule; with
-// the fault n0 knows nothing of k0, and the token, from the wall clock, is
-// below E (I2).
-func TestRecoveredNewDiskVoterRemembersItVoted(t *testing.T) {
-	for _, bug := range []string{"", "forget-amnesia-vote"} {
-		runNewDiskVoterRestartedAgain(t, bug)
-	}
-}
-
-func runNewDiskVoterRestartedAgain(t *testing.T, bug string) {
-	cfg := onDisks(bug, 3, 2, 1, 1, 8*time.Second, 7*time.Second)
-	var (
-		e, token           uint64
-		firstLive          time.Duration
-		votedAfterFirst    bool
-		liveAtOnce         bool
-		keysAfterSecond    int
-		copiedK0AfterFirst bool
-	)
-	cfg.Script = func(s *sim) {
-		n := s.nodes
-		n0, n3 := n[0], n[3]
-		s.at(1100*time.Millisecond, func() {
-			for _, v := range n[:3] {
-				if !liveAcceptor(v) {
-					t.Fatalf("%s does not vote at 1.1s", v.id)
-				}
-			}
-			isolate(s, 2, true)
-			takeAndRelease(n3, "k0", 50*time.Millisecond)
-		})
-		s.at(1800*time.Millisecond, func() {
-			e = s.check.maxToken["k0"]
-			if e == 0 || n3.clients[0].state != cIdle || s.stats.Releases != 1 {
-				t.Fatalf("k0 was not granted and freed by 1.8s (token %d)", e)
-			}
-			if r := n[2].node.acc.regs["k0"]; r != nil && !r.accepted.IsZero() {
-				t.Fatalf("n2 accepted k0: the scenario shows nothing")
-			}
-			isolate(s, 2, false)
-			wallClocksBack(s, time.Hour)
-			s.crash(n0)
-			n0.disk = &simDisk{} // its disk is lost; a new, empty one
-			s.start(n0)
-		})
-		var second func()
-		var poll func()
-		poll = func() {
-			if !liveAcceptor(n0) {
-				s.after(time.Millisecond, poll)
-				return
-			}
-			firstLive = s.now
-			votedAfterFirst = n0.disk.saved != nil && n0.disk.saved.Voted
-			if r := n0.node.acc.regs["k0"]; r != nil && r.maxEpoch >= e {
-				copiedK0AfterFirst = true
-			}
-			second()
-		}
-		s.at(1801*time.Millisecond, poll)
-		second = func() {
-			// n0 restarts from its (new) disk before accepting anything.
-			s.crash(n0)
-			s.start(n0)
-			liveAtOnce = liveAcceptor(n0)
-			keysAfterSecond = len(n0.node.acc.regs)
-			s.after(10*time.Millisecond, func() {
-				isolate(s, 1, true)
-				q := n0.clients[0]
-				q.holdTime = time.Hour
-				q.acquire("k0", true, time.Second)
-				s.flush(n0)
-			})
-			s.after(time.Second, func() {
-				if q := n0.clients[0]; q.grant != nil {
-					token = q.grant.token
-				}
-			})
-		}
-	}
-	s := newSim(cfg)
-	s.run()
-	t.Logf("bug %q: E=%d; n0 (new disk) live at %v with k0 copied: %v; its disk says it voted: %v; after a restart from that disk live at once: %v with %d registers; its token %d",
-		bug, e, firstLive, copiedK0AfterFirst, votedAfterFirst, liveAtOnce, keysAfterSecond, token)
-	switch {
-	case bug == "" && len(s.fail) > 0:
-		t.Errorf("%s", firstLine(s.fail[0]))
-	case bug == "" && liveAtOnce:
-		t.Errorf("n0, which recovered as an amnesiac on a new disk, went live at once after a restart from that disk (its disk says it never voted)")
-	case bug == "" && token != 0 && token <= e:
-		t.Errorf("n0's client was granted k0 at %d, not above %d", token, e)
-	case bug != "":
-		brokeRule(t, s, bug, "I2", fmt.Sprintf("live at once %v, token %d after %d", liveAtOnce, token, e))
-	}
-}
 
 // A voter restarted from its disk may go live on the word of a majority
 // restarted from disks (design.md R54); a voter that answers Fresh (its

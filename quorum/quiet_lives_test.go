@@ -24,94 +24,6 @@ func countedLife(a *simNode, id NodeID) uint64 {
 	return a.node.acc.restartedWith[id]
 }
 
-// A voter that went live on a partner's word records the life it counted
-// (restartedWith[id] = inc) and answers that life LostWith (design.md R45);
-// a later life of the partner gets the same word if it names the life
-// counted among its quiet lives, for then no life of the partner voted
-// since (R46, R48): every node restarts, one voter's machine gone, and the
-// mesh votes again once a majority is up.
-//
-// Three voters A B C = n0 n1 n2 with disks, all voted. C's machine is gone
-// (crashed at 1.3s, not back before the heal at 9s). A and B restart from
-// their disks (A at 1.5s, B at 1.6s). A's catch-up hears B, still
-// quarantined, say "recovering, Durable": two of three restarted together,
-// and A votes, noting restartedWith {B: B's incarnation}. In the "twice"
-// runs B restarts once more before its quarantine ends (a crash loop, an
-// impatient operator, a second power blip): its new life asks A, names its
-// earlier life among its quiet lives (Durable.Quiet, CatchUpRequest.Quiet),
-// gets LostWith, and votes. In the run "once" B restarts once, and both
-// vote again. With fault ignore-quiet A answers a later life without
-// LostWith: B's ways to go live are closed (only B lost; C never answers),
-// A alone is no majority, and B waits for C until the heal.
-func TestPartnerRestartedAgainGetsTheLiveVotersWord(t *testing.T) {
-	for _, c := range []struct{ restarts, bug string }{{"once", ""}, {"twice", ""}, {"twice", "ignore-quiet"}} {
-		t.Run(c.restarts+"/"+c.bug, func(t *testing.T) { runPartnerRestartedAgain(t, c.restarts, c.bug) })
-	}
-}
-
-func runPartnerRestartedAgain(t *testing.T, c, bug string) {
-	cfg := onDisks(bug, 3, 2, 1, 1, 10*time.Second, 9*time.Second)
-	var (
-		liveA, liveB time.Duration
-		bAgain       time.Duration
-		at8          []string
-	)
-	cfg.Script = func(s *sim) {
-		n := s.nodes
-		A, B, C, n4 := n[0], n[1], n[2], n[4]
-		s.at(1000*time.Millisecond, func() {
-			takeAndRelease(n4, "k1", 50*time.Millisecond)
-		})
-		s.at(1300*time.Millisecond, func() {
-			mustVote(t, n[:3]...)
-			s.crash(C) // gone until the heal
-		})
-		s.at(1500*time.Millisecond, func() {
-			s.crash(A)
-			s.crash(B)
-			s.start(A)
-		})
-		s.at(1600*time.Millisecond, func() { s.start(B) })
-		var poll func()
-		poll = func() {
-			if liveA == 0 && liveAcceptor(A) {
-				liveA = s.now
-				if c == "twice" && !liveAcceptor(B) {
-					bAgain = s.now
-					s.crash(B)
-					s.start(B)
-				}
-			}
-			if liveB == 0 && liveAcceptor(B) {
-				liveB = s.now
-			}
-			if s.now < 8*time.Second {
-				s.after(100*time.Microsecond, poll)
-			}
-		}
-		s.at(1500*time.Millisecond, poll)
-		s.at(8*time.Second, func() {
-			at8 = append(at8, describeAcceptor(A), describeAcceptor(B))
-		})
-	}
-	s := newSim(cfg)
-	s.run()
-	t.Logf("%s: A votes from %v; B restarted again at %v; B votes from %v", c, liveA, bAgain, liveB)
-	t.Logf("at 8s: %v", at8)
-	switch {
-	case liveA == 0:
-		t.Fatalf("A never voted again: the run does not reach its state")
-	case c == "twice" && bAgain == 0:
-		t.Fatalf("B voted before A: the run does not reach its state")
-	case len(s.fail) > 0:
-		t.Errorf("%d violations, first: %s", len(s.fail), firstLine(s.fail[0]))
-	case bug != "" && liveB != 0:
-		t.Errorf("with %s, B voted again at %v: the test no longer shows the stall the rule ends", bug, liveB)
-	case bug == "" && liveB == 0:
-		t.Errorf("B, restarted from its disk with A (C's machine gone), never votes again: A alone is no majority, and the mesh stalls")
-	}
-}
-
 // A life that goes live empties its disk's quiet lives before it votes
 // (design.md R48), so that a later life never names a life that voted and
 // gets a word (LostWith) that passes a single restart for a majority's.
@@ -580,7 +492,7 @@ func runQuietLivesAcrossChanges(t *testing.T, bug string) {
 }
 
 // The quiet lives are bounded (design.md R48: the newest 8). The run of
-// TestPartnerRestartedAgainGetsTheLiveVotersWord (three voters, C's
+// testdata/scenarios/partner_restarted_again.txt (three voters, C's
 // machine gone, A votes on B1's word), but B restarts again and again
 // before it votes, or once onto a new, empty disk:
 //

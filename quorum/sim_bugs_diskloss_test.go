@@ -56,8 +56,8 @@ func TestCheckerCatchesForgottenOwnVoteAtRandom(t *testing.T) {
 // the writes of the strand, it grants a key again (I2). Thin: in seeds
 // 1-200 with 3 and 5 voters the rule broken broke I2 in 1 run of 400 (seed
 // 8, 5 voters; its voter restarted with no vote saved in 31 runs); with
-// four clients a node, also 1 (TestRecoveredNewDiskVoterRemembersItVoted
-// scripts it). The runs keep the sweeps of when it was found
+// four clients a node, also 1 (testdata/scenarios/new_disk_vote_saved.txt
+// and new_disk_vote_saved_forgotten.txt script it). The runs keep the sweeps of when it was found
 // (own-bucket-noncopies, keep-expired-grants): with the sweeps of
 // design.md R77, which also pick a register a voter kept of another's
 // bucket, they take other paths, and the first catch is seed 338 (5
