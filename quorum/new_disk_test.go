@@ -6,10 +6,11 @@ import (
 )
 
 // A voter on a new, empty data directory under a name that voted
-// (design.md R54–R56): its empty disk is no evidence that it never voted;
-// a Fresh answer from such a voter does not count as one from a voter
-// restarted from its disk; and once it recovered as a voter that forgot,
-// its disk says that it voted.
+// (design.md R54, R55): a Fresh answer from such a voter does not count as
+// one from a voter restarted from its disk. The scripts
+// testdata/scenarios/wiped_disk*.txt show that its empty disk is no
+// evidence that it never voted (R55), and new_disk_vote_saved*.txt that,
+// once it recovered as a voter that forgot, its disk says it voted (R56).
 
 // A voter restarted from its disk may go live on the word of a majority
 // restarted from disks (design.md R54); a voter that answers Fresh (its

@@ -13,7 +13,9 @@ import (
 // only if it names the life counted among its quiet lives; a life that
 // goes live empties the list before it votes, so that no later life names
 // a life that voted; and the list is bounded. The runs' voters A B C =
-// n0 n1 n2 (A..E = n0..n4 with five) have data directories.
+// n0 n1 n2 (A..E = n0..n4 with five) have data directories. The plain
+// case, a partner restarted again that names the life counted, is the
+// script testdata/scenarios/partner_restarted_again.txt.
 
 // countedLife is the incarnation a's acceptor counted id's life as
 // restarted with it (0: none, or a is down).
