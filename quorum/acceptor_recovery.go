@@ -163,7 +163,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		// voter unless its disk shows that none of its lives since the
 		// one counted went live (Quiet): then its registers are as gone
 		// as that life's, and nothing was chosen with it since
-		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
+		// (testdata/scenarios/partner_restarted_again.txt).
 		if inc := a.restartedWith[req.From]; inc != 0 && req.Inc != 0 {
 			resp.LostWith = req.Inc == inc || (req.Inc > inc && a.faults.lostWithLaterLives) ||
 				(slices.Contains(req.Quiet, inc) && !a.faults.ignoreQuiet)
@@ -319,8 +319,8 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		// It votes, and not on this acceptor's word: it caught up from
 		// others (or never lost anything since this acceptor started),
 		// and holds what a majority held. It no longer counts as a voter
-		// that lost its registers with this one (TestAudit7StickyLost-
-		// CountsARecoveredVoter: counted so, it let a chain of restarts
+		// that lost its registers with this one
+		// (TestRecoveredVoterNoLongerCountsAsLost: counted so, it let a chain of restarts
 		// that never overlapped in a majority pass for one that did).
 		p.lost, p.lostWith = false, false
 	}
@@ -444,7 +444,7 @@ func (a *Acceptor) merge(e *Entry) {
 // one ballot, a read's peek took that for a chosen configuration, a change
 // adopted it, and the next read that met the higher ballot wrote that one
 // back: two configurations with one id (I5,
-// TestAudit7ConfigCopiesLookChosen).
+// TestCopiedConfigurationsAreNoVotes).
 func (a *Acceptor) isCopy(r *register) bool { return r.copied && !a.faults.copiesVote }
 
 // neverVotedMajorities reports whether an acceptor on a new disk may vote at
@@ -549,7 +549,7 @@ func (a *Acceptor) maybeGoLive() {
 	// not moved yet. (Counting the new voters only, two of three voters
 	// before an addition that restarted, one on a new disk, waited for
 	// each other for good, and the pending change could not finish
-	// without them: TestAudit7PendingAddStallsAFullRestartOfThePrevMajority.)
+	// without them: TestFullRestartDuringAPendingChangeCountsThePreviousVoters.)
 	lostMajority := func(voters []NodeID) bool {
 		n := 0
 		for _, v := range lost {
@@ -589,7 +589,7 @@ func (a *Acceptor) maybeGoLive() {
 		// configuration may have been chosen, as above: going live in the
 		// old one with a majority that lost its state let a later change
 		// write a second configuration with the chosen one's id, I5,
-		// TestAudit5FullRestartIgnoresANewerConfiguration.)
+		// TestFullRestartWaitsForANewerConfigurationThatMayBeChosen.)
 		// Every voter answered and a majority of them lost their state:
 		// a full restart. (Waiting for every voter, not only a majority,
 		// keeps a majority of an old configuration's voters, restarted
@@ -702,7 +702,7 @@ func (a *Acceptor) goLive() {
 // earlier life, which its new disk never saw; a disk that said it never
 // voted let it go live at once after its next restart, with no quarantine
 // and no registers, and a majority with it no longer met the one that had
-// chosen a grant (I2, TestAudit2NewDiskVoterForgetsItVotedAfterARestart).
+// chosen a grant (I2, testdata/scenarios/new_disk_vote_saved_forgotten.txt).
 func (a *Acceptor) persistLive() bool {
 	amnesiac := a.amnesiac && !a.faults.forgetAmnesiaVote && !a.dur.Voted
 	quiet := len(a.dur.Quiet) > 0 && !a.faults.keepQuiet
@@ -769,8 +769,8 @@ func (a *Acceptor) marks() (epoch, counter uint64) {
 //
 // A voter that votes and says its disk holds no vote (Fresh) does not
 // count: it may have gone live through the new-mesh probe on a disk that
-// replaced one that voted (TestAudit3FreshAnswerOfANewDiskVoterCounts-
-// AsRestarted). So two voters of three restarted together, the third
+// replaced one that voted (TestFreshAnswerDoesNotCountAsARestartedVoter).
+// So two voters of three restarted together, the third
 // gone, wait for it when the first had never voted: it went live at once
 // and never said it was recovering.
 //

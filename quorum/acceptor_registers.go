@@ -163,7 +163,7 @@ func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
 // which the peeks then find timed elsewhere. Over MaxRegisters a sweep
 // looks at registers whatever their idleness, an eighth of a retry
 // interval apart: without the bound each such lease cost three peeks at
-// every sweep, for good (TestReviewSweepsOfLiveLeasesOverTheCapStorm: 1,848
+// every sweep, for good (TestSweepsOfLiveLeasesOverTheCapAreBounded: 1,848
 // peeks in 4 s at 24 leases). A grant that did expire everywhere is freed
 // at its first pick, and the free register is then swept as any other.
 func (a *Acceptor) pickExpired(r *register, now time.Duration) bool {
@@ -225,13 +225,13 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 //     goes live after a majority loss need not have copied every bucket
 //     before it does: what it missed lives on at the voters it copied
 //     from and at those that copied it, for good
-//     (TestAudit8DemotedCopiesAreNeverSwept: k0, whose own voter held
+//     (TestSweepWritesBackAndForgetsDemotedCopies: k0, whose own voter held
 //     nothing of it);
 //   - any other once it outlived four looks, and then at every eighth: a
 //     register this voter kept when the others forgot the key (the forget
 //     to it was lost, or it could not drop the register then), which the
 //     key's own voter, holding nothing of it, never looks at again
-//     (TestAudit12SweepFreesARegisterWhoseForgetOneVoterMissed). By then
+//     (TestSweepForgetsARegisterOneVotersForgetMissed). By then
 //     the own voter has picked the key at four looks of its own.
 //
 // Not every look: picking every idle key of every bucket would multiply

@@ -1136,7 +1136,7 @@ func TestAcceptorNewGrantLeavesWatchers(t *testing.T) {
 // A prepare equal to the acceptor's promise is answered only when it is a
 // copy of the prepare that made the promise (the same round); any other
 // prepare at that ballot is a proposer using one ballot twice, and is
-// refused (review finding 1). A ballot promised through an accept's Next is
+// refused (design.md R5). A ballot promised through an accept's Next is
 // accepted at, never prepared.
 func TestAcceptorEqualPrepareOnlyAsDuplicate(t *testing.T) {
 	f := newLiveAcceptor(t)
@@ -1153,7 +1153,7 @@ func TestAcceptorEqualPrepareOnlyAsDuplicate(t *testing.T) {
 
 // A waiter that leaves (its acquire ended, or it declines a key it was told
 // of) leaves the acceptor's line: the next waiter is told at once, not a
-// grace later (review finding 7).
+// grace later (design.md R30).
 func TestAcceptorUnwatchPassesTheKeyOnAtOnce(t *testing.T) {
 	f := heldWithWatchers(t) // w1, w2, w3 wait
 	mustOK(t, "w2 leaves the line", f.one("w2", Op{Kind: OpUnwatch, Key: "k"}))

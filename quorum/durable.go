@@ -217,8 +217,8 @@ func (a *Acceptor) Durable() bool { return a.disk != nil }
 // configuration register too (an acceptor that lost its disk must answer
 // prepares with what a majority accepted), and a copy so learned is no vote.
 // Counted as one, it let a restarted voter take a configuration two voters
-// of five accepted for chosen (TestReviewListingRestartedVoterAdopts-
-// OnlyAChosenConfiguration). Without a disk an acceptor accepts no
+// of five accepted for chosen
+// (TestRestartedVoterAdoptsOnlyAChosenConfiguration). Without a disk an acceptor accepts no
 // configuration (ReasonNoDisk).
 func (a *Acceptor) ownNewerConfig() (*Ballot, *Membership) {
 	c := a.dur.Config

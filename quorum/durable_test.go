@@ -294,7 +294,7 @@ const testWallBaseEpoch = uint64(testWallBase)
 // voters: the mesh never recovered). With the rule broken a waits for good.
 //
 // A full restart during a pending change now also counts the voters before
-// it (TestAudit7PendingAddStallsAFullRestartOfThePrevMajority), and a alone
+// it (TestFullRestartDuringAPendingChangeCountsThePreviousVoters), and a alone
 // is a majority of [a]; so the broken run also counts the new voters only,
 // as before. (With both counts, a voter that heard every voter always has
 // a way to go live: either the voters done meet every majority, or a

@@ -831,7 +831,7 @@ func (p *Proposer) maybeForgetKey(x *op) {
 		// (A copy counts: every voter answered, and all hold one free
 		// value at one ballot; dropping it loses nothing a read needs.
 		// Refusing copies kept every key a restarted voter copied for
-		// good: TestAudit8CopiesAreNeverSwept.)
+		// good: TestSweepForgetsCopiedRegisters.)
 		if !r.OK || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
 			free = false
 		}
@@ -850,8 +850,8 @@ func (p *Proposer) maybeForgetKey(x *op) {
 		// went live after a majority loss (demoteCopies: no two voters
 		// ever agree on one), a register a voter kept when the others
 		// forgot the key (its forget was lost), or a grant a voter holds
-		// below the release it missed (TestAudit11SweepLeavesARelease-
-		// AVoterMissed). Peeks alone would find them so at every sweep,
+		// below the release it missed
+		// (TestSweepForgetsAReleaseOneVoterMissed). Peeks alone would find them so at every sweep,
 		// for good.
 		x.writeBack = true
 		p.startRound(x)

@@ -184,7 +184,7 @@ func demoteCopy(c *testCluster, id NodeID, key string) {
 // every voter, an accept of the value, and once every voter acknowledged
 // it, the forget at its ballot. Nothing is left of the key, and its next
 // grant's token is above the last. Under no-sweep-write-back the sweep only
-// peeks, and the key is kept (TestAudit8DemotedCopiesAreNeverSwept shows
+// peeks, and the key is kept (TestSweepWritesBackAndForgetsDemotedCopies shows
 // it kept for good).
 func TestScenarioSweepWritesBackDemotedCopiesThenForgets(t *testing.T) {
 	for _, bug := range []bool{false, true} {

@@ -26,7 +26,7 @@ import (
 // With the rules broken (the copies keep the ballots they were accepted
 // at, and are reported as votes), the two reads disagree. Either rule alone
 // keeps them together; the second is shown alone by
-// TestAudit7ConfigCopiesLookChosen, where no majority was lost and nothing
+// TestCopiedConfigurationsAreNoVotes, where no majority was lost and nothing
 // is demoted.
 func TestScenarioCopiesAfterMajorityLossAreNeverChosen(t *testing.T) {
 	t.Run("rule", func(t *testing.T) {

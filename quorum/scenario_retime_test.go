@@ -184,3 +184,45 @@ func TestCheckerEndsALostGrantAtItsHoldersCrash(t *testing.T) {
 	}
 	t.Logf("%d of 8 seeds granted the rival between the crash and the lost lease's deadline", shown)
 }
+
+// A voter's quarantine covers the longest lease it may have accepted, not
+// only the MaxTTL of its new life, and a held value it catches up is timed
+// (design.md R36). Here a lowers MaxTTL from 1s to 200ms across a restart;
+// p2, cut off from b (the other voter timing p1's lease), must not be
+// granted the key while p1 holds it, and is granted it once p1's lease
+// ended.
+func TestRestartWithLowerMaxTTLKeepsExclusion(t *testing.T) {
+	c := newTestCluster(t, voters3, "p1", "p2")
+	c.cut["c"] = true // p1's grant lands on a and b
+	g := c.mustGrant("p1", "k")
+	c.cut["c"] = false
+	p1 := c.node("p1")
+	grantedAt := c.now
+	deadline := grantedAt + (g.Deadline - p1.clock.Now()) // p1's deadline in real time
+
+	short := func(cfg *AcceptorConfig) { cfg.MaxTTL, cfg.Quarantine = 200*time.Millisecond, 200*time.Millisecond }
+	c.restartAcceptor("a", short)
+	c.node("p1").prop = nil                // p1 neither renews nor releases: its lease runs to its deadline
+	c.cutPair[[2]NodeID{"p2", "b"}] = true // p2 reaches only a and c
+	p2 := c.node("p2")
+	// p2 runs the new settings too: 200 ms leases.
+	o := AcquireOptions{TTL: 200 * time.Millisecond, HolderTTL: 180 * time.Millisecond,
+		RenewEvery: 60 * time.Millisecond, Notice: 20 * time.Millisecond, Wait: true,
+		Deadline: p2.clock.Now() + 3*time.Second}
+	op, err := p2.prop.Acquire("k", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c.now < grantedAt+3*time.Second {
+		if res, ok := c.result("p2", op); ok {
+			if res.Outcome == Granted && c.now < deadline {
+				t.Fatalf("p2 granted %q at %v while p1 holds it until %v", "k", c.now, deadline)
+			}
+			break
+		}
+		c.advance(10 * time.Millisecond)
+	}
+	if res, ok := c.result("p2", op); !ok || res.Outcome != Granted {
+		t.Errorf("p2 never granted the key after p1's lease ended: %v %v", res.Outcome, ok)
+	}
+}

@@ -16,24 +16,35 @@ import (
 // interpreter over the simulator: the same nodes, clients and checkers as
 // TestSimulation's runs, driven one command at a time on virtual time. A
 // command's output is what happened while it ran (results, losses, voting
-// states, the first invariant broken), so that a scenario reads as a story
-// and a new one is a text file. Run with -rewrite to record new outputs.
+// states, voter changes, the first invariant broken), so that a scenario
+// reads as a story and a new one is a text file. Run with -rewrite to
+// record new outputs.
 //
 //	sim voters=3 proposers=2 [seed=1] [ttl=1s] [disks] [newmesh] [bug=NAME]
+//	    [maxregs=3] [idle=300ms]    voters keep at most 3 registers; sweeps from 300ms idle
 //	run 500ms                       advance virtual time, print what happened
-//	run until=live:n0,n1 [max=2s]   advance until the voters listed vote
+//	run until=COND [max=10s]        advance until COND holds (1ms steps)
+//	expect [not] COND               fail the script unless COND holds (or not)
 //	acquire n3 k0 [wait=1s] [hold=1h]
 //	release n3 k0
 //	read n4 k0
+//	change n0 add=n4 | remove=n1 [within=1s]   a voter change driven by n0
 //	cut n2 n3 n4                    cut n2 off from n3 and n4, both ways
-//	heal [n2 n3]                    heal those links, or every cut
+//	heal [n2 [n3]]                  heal those links, every link of n2, or every cut
 //	isolate n2                      cut n2 off from every other node
 //	deaf n2 / hear n2               n2 hears no ballot request / hears them
 //	slow n1 per=30ms for=150ms      every message to or from n1 takes per
-//	crash n0 [disk=keep|wiped|none] / start n0
+//	crash n0 [n1 …] [disk=keep|wiped|none] / start n0 [n1 …]
+//	wallback 1h                     wall clocks of lives started from now on run 1h back
 //	state [n0 n1]                   voting state of each node
 //	registers k0                    each voter's register of a key
 //	check                           the history's linearizability, and every rule so far
+//
+// A condition COND is live:n0,n1 (the voters listed vote), held:n3:k0 (n3
+// holds a lease of k0), voters:n0,n3,n4 (the newest configuration has
+// those voters and no change pending) or pending (the newest configuration
+// is a pending change). A crash prints the leases the node held, with the
+// deadline each had; a voter change prints how it ended.
 //
 // Tokens print as E1, E2, … in the order the script first meets them, times
 // as virtual time since the start.
@@ -84,6 +95,12 @@ func newScript(t *testing.T, d *datadriven.TestData) *script {
 	if d.HasArg("bug") {
 		d.ScanArgs(t, "bug", &cfg.Bug)
 	}
+	d.MaybeScanArgs(t, "maxregs", &cfg.MaxRegisters)
+	if d.HasArg("idle") {
+		var idle string
+		d.ScanArgs(t, "idle", &idle)
+		cfg.RegisterIdle = mustDuration(t, d, idle)
+	}
 	cfg.Script = func(*sim) {} // clients act only when told
 	sc := &script{s: newSim(cfg), tokens: make(map[uint64]string)}
 	s := sc.s
@@ -120,7 +137,8 @@ func (sc *script) printf(format string, args ...any) {
 // failure of the run once it happens.
 func (sc *script) flushOut() string {
 	for ; sc.failed < len(sc.s.fail); sc.failed++ {
-		sc.out = append(sc.out, "FAIL "+firstLine(sc.s.fail[sc.failed]))
+		line, _, _ := strings.Cut(firstLine(sc.s.fail[sc.failed]), "; porcupine's visualisation")
+		sc.out = append(sc.out, "FAIL "+line)
 	}
 	out := strings.Join(sc.out, "\n")
 	sc.out = nil
@@ -144,6 +162,19 @@ func (sc *script) token(e uint64) string {
 }
 
 func (sc *script) result(n *simNode, res OpResult) {
+	if ch := n.changes[res.ID]; ch != nil {
+		what := "add " + string(ch.add)
+		if ch.remove != "" {
+			what = "remove " + string(ch.remove)
+		}
+		switch {
+		case res.Outcome == Reconfigured && res.Members != nil:
+			sc.printf("%s: change %s done: voters %v", n.id, what, res.Members.Voters)
+		default:
+			sc.printf("%s: change %s: %v", n.id, what, res.Outcome)
+		}
+		return
+	}
 	switch res.Outcome {
 	case Granted:
 		sc.printf("%s: %s granted %s", n.id, res.Key, sc.token(res.Epoch))
@@ -199,6 +230,10 @@ func (sc *script) do(t *testing.T, d *datadriven.TestData) string {
 			break
 		}
 		a := sc.node(t, d, 0)
+		if len(d.CmdArgs) == 1 && !on {
+			isolate(s, a.idx, false)
+			break
+		}
 		for i := 1; i < len(d.CmdArgs); i++ {
 			cutBoth(s, a.idx, sc.node(t, d, i).idx, on)
 		}
@@ -212,41 +247,40 @@ func (sc *script) do(t *testing.T, d *datadriven.TestData) string {
 		d.ScanArgs(t, "for", &span)
 		s.setSlow(sc.node(t, d, 0), mustDuration(t, d, per), s.now+mustDuration(t, d, span))
 	case "crash":
-		n := sc.node(t, d, 0)
-		s.crash(n)
 		disk := "keep"
 		d.MaybeScanArgs(t, "disk", &disk)
-		switch disk {
-		case "keep":
-		case "wiped":
-			n.disk = &simDisk{}
-		case "none":
-			n.disk, n.noDisk = nil, true
-		default:
-			d.Fatalf(t, "disk=%s: want keep, wiped or none", disk)
+		for _, n := range sc.nodes(t, d) {
+			sc.crash(t, d, n, disk)
 		}
 	case "start":
-		n := sc.node(t, d, 0)
-		if n.up {
-			d.Fatalf(t, "%s is up", n.id)
+		for _, n := range sc.nodes(t, d) {
+			if n.up {
+				d.Fatalf(t, "%s is up", n.id)
+			}
+			s.start(n)
 		}
-		s.start(n)
+	case "wallback":
+		wallClocksBack(s, mustDuration(t, d, sc.arg(t, d, 0)))
+	case "change":
+		sc.change(t, d)
+	case "expect":
+		sc.expect(t, d)
 	case "state":
 		return sc.state(t, d)
 	case "registers":
 		return sc.registers(sc.arg(t, d, 0))
 	case "check":
-		s.check.final()
-		out := sc.flushOut()
-		return out
+		if len(s.fail) == 0 { // as a run checks: the first failure ends it
+			s.check.final()
+		}
 	default:
 		d.Fatalf(t, "unknown command %q", d.Cmd)
 	}
 	return sc.flushOut()
 }
 
-// run advances virtual time: by the duration given, or until the voters
-// listed vote (at most max, 10s unless given).
+// run advances virtual time: by the duration given, or until a condition
+// holds (at most max, 10s unless given).
 func (sc *script) run(t *testing.T, d *datadriven.TestData) {
 	s := sc.s
 	if len(d.CmdArgs) == 1 && d.CmdArgs[0].Vals == nil {
@@ -259,21 +293,10 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) {
 	d.ScanArgs(t, "until", &until)
 	limit = "10s"
 	d.MaybeScanArgs(t, "max", &limit)
-	what, list, ok := strings.Cut(until, ":")
-	if !ok || what != "live" {
-		d.Fatalf(t, "until=%s: want live:n0,n1", until)
-	}
-	var nodes []*simNode
-	for _, id := range strings.Split(list, ",") {
-		n := s.node(NodeID(id))
-		if n == nil {
-			d.Fatalf(t, "no node %s", id)
-		}
-		nodes = append(nodes, n)
-	}
+	holds := sc.condition(t, d, until)
 	end := s.now + mustDuration(t, d, limit)
 	for s.now < end && len(s.fail) == 0 {
-		if !slices.ContainsFunc(nodes, func(n *simNode) bool { return !liveAcceptor(n) }) {
+		if holds() {
 			return
 		}
 		next := s.now + time.Millisecond
@@ -281,7 +304,97 @@ func (sc *script) run(t *testing.T, d *datadriven.TestData) {
 		s.now = max(s.now, next)
 	}
 	if len(s.fail) == 0 {
-		sc.printf("timed out waiting for %s to vote", list)
+		sc.printf("timed out waiting for %s", until)
+	}
+}
+
+// condition parses a condition of run until= and expect.
+func (sc *script) condition(t *testing.T, d *datadriven.TestData, cond string) func() bool {
+	s := sc.s
+	what, arg, _ := strings.Cut(cond, ":")
+	switch what {
+	case "live":
+		nodes := sc.list(t, d, arg)
+		return func() bool { return !slices.ContainsFunc(nodes, func(n *simNode) bool { return !liveAcceptor(n) }) }
+	case "held":
+		id, key, ok := strings.Cut(arg, ":")
+		if !ok {
+			d.Fatalf(t, "%s: want held:n3:k0", cond)
+		}
+		n := sc.list(t, d, id)[0]
+		return func() bool {
+			return slices.ContainsFunc(n.clients, func(c *simClient) bool { return c.state == cHolding && c.grant.key == key })
+		}
+	case "voters":
+		var want []NodeID
+		for _, n := range sc.list(t, d, arg) {
+			want = append(want, n.id)
+		}
+		return func() bool { return slices.Equal(s.m.Voters, want) && !s.m.Pending }
+	case "pending":
+		return func() bool { return s.m.Pending }
+	}
+	d.Fatalf(t, "%s: want live:n0,n1, held:n3:k0, voters:n0,n1,n2 or pending", cond)
+	return nil
+}
+
+// expect fails the script unless its condition holds (or, after not, does
+// not hold).
+func (sc *script) expect(t *testing.T, d *datadriven.TestData) {
+	not := len(d.CmdArgs) > 0 && d.CmdArgs[0].Key == "not"
+	cond := sc.arg(t, d, 0)
+	if not {
+		cond = sc.arg(t, d, 1)
+	}
+	if holds := sc.condition(t, d, cond)(); holds == not {
+		d.Fatalf(t, "at %.3fs %s: holds %v", sc.s.now.Seconds(), cond, holds)
+	}
+}
+
+// change starts a voter change on a node: add=n4 or remove=n1, to finish
+// within a second unless within= says otherwise.
+func (sc *script) change(t *testing.T, d *datadriven.TestData) {
+	s := sc.s
+	n := sc.node(t, d, 0)
+	var ch simChange
+	var add, remove string
+	d.MaybeScanArgs(t, "add", &add)
+	d.MaybeScanArgs(t, "remove", &remove)
+	ch.add, ch.remove = NodeID(add), NodeID(remove)
+	if (add == "") == (remove == "") {
+		d.Fatalf(t, "change: want add=NODE or remove=NODE")
+	}
+	within := "1s"
+	d.MaybeScanArgs(t, "within", &within)
+	var inc uint64
+	if add != "" {
+		inc = sc.list(t, d, add)[0].inc
+	}
+	id, err := n.node.ChangeVoters(ch.add, inc, ch.remove, n.clock.Now()+mustDuration(t, d, within))
+	if err != nil {
+		d.Fatalf(t, "%s: %v", n.id, err)
+	}
+	n.changes[id] = &ch
+	s.flush(n)
+}
+
+// crash crashes n, printing the leases it held, and does to its disk what
+// disk says.
+func (sc *script) crash(t *testing.T, d *datadriven.TestData, n *simNode, disk string) {
+	for _, c := range n.clients {
+		if c.state == cHolding {
+			sc.printf("%s: crashes holding %s %s until %.3fs", n.id, c.grant.key, sc.token(c.grant.token), c.grant.end.Seconds())
+		}
+	}
+	sc.s.crash(n)
+	switch disk {
+	case "keep":
+	case "wiped":
+		n.disk = &simDisk{}
+	case "none":
+		n.disk, n.noDisk = nil, true
+	default:
+		d.Fatalf(t, "disk=%s: want keep, wiped or none", disk)
 	}
 }
 
@@ -339,6 +452,33 @@ func (sc *script) registers(key string) string {
 	}
 	sort.Strings(lines)
 	return strings.Join(lines, "\n")
+}
+
+// nodes are the nodes a command names (its arguments without a value).
+func (sc *script) nodes(t *testing.T, d *datadriven.TestData) []*simNode {
+	var ns []*simNode
+	for i, a := range d.CmdArgs {
+		if a.Vals == nil {
+			ns = append(ns, sc.node(t, d, i))
+		}
+	}
+	if len(ns) == 0 {
+		d.Fatalf(t, "%s: no node named", d.Cmd)
+	}
+	return ns
+}
+
+// list is the nodes of a comma-separated list of names.
+func (sc *script) list(t *testing.T, d *datadriven.TestData, names string) []*simNode {
+	var ns []*simNode
+	for _, id := range strings.Split(names, ",") {
+		n := sc.s.node(NodeID(id))
+		if n == nil {
+			d.Fatalf(t, "no node %s", id)
+		}
+		ns = append(ns, n)
+	}
+	return ns
 }
 
 func (sc *script) node(t *testing.T, d *datadriven.TestData, i int) *simNode {

@@ -7,7 +7,7 @@ import "testing"
 // test turns the aimed faults on for every seed, sets aside the faults that
 // only blur the window, and must catch the rule broken within 200 seeds of
 // 3 and 5 voters. The scripted scenarios that show each rule one at a time
-// stay (review_reconfig_test.go, review_listing_test.go,
+// stay (voter_change_test.go, listing_test.go,
 // sim_bugs_recovery_test.go).
 
 // aimedChanges: aimed faults around voter changes, on disks. The crash of a

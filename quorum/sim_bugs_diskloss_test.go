@@ -29,7 +29,7 @@ func lostAdopters(c *simConfig) {
 // read sees its register go back, I8. In seeds 1-200 with 3 and 5 voters
 // the rule broken broke I2 in 66 runs of 400 and I8 in 3 (seed 2, 5
 // voters, first); with the storms instead of the episodes, none in 500
-// (TestReviewListingCatchUpInAReplacedConfiguration scripts it).
+// (TestVoterWithoutDiskDoesNotVoteInAReplacedConfiguration scripts it).
 func TestCheckerCatchesIgnoredNewerConfigAtRandom(t *testing.T) {
 	findViolation(t, "ignore-newer-config", "I2|I8", 200, lostAdopters)
 }
@@ -42,7 +42,7 @@ func TestCheckerCatchesIgnoredNewerConfigAtRandom(t *testing.T) {
 // voters, and grants again below the last token (I2). In seeds 1-200 with
 // 3 and 5 voters the rule broken broke I2 in 22 runs of 400 and I8 in one
 // (seed 6, 5 voters, first); without the deaf voter, 2 in 400
-// (TestAuditAmnesiacVoterThatAcceptedTheNewConfiguration scripts it).
+// (TestVoterWithoutItsDiskCountsItselfAsMaybeAccepting scripts it).
 func TestCheckerCatchesForgottenOwnVoteAtRandom(t *testing.T) {
 	findViolation(t, "forget-own-vote", "I2|I8", 200, lostAdopters)
 }
@@ -56,13 +56,13 @@ func TestCheckerCatchesForgottenOwnVoteAtRandom(t *testing.T) {
 // the writes of the strand, it grants a key again (I2). Thin: in seeds
 // 1-200 with 3 and 5 voters the rule broken broke I2 in 1 run of 400 (seed
 // 8, 5 voters; its voter restarted with no vote saved in 31 runs); with
-// four clients a node, also 1 (TestAudit2NewDiskVoterForgetsItVotedAfterA-
-// Restart scripts it). The runs keep the sweeps of when it was found
-// (own-bucket-noncopies, keep-expired-grants): with audit 12's, which also
-// pick a register a voter kept of another's bucket, they take other paths,
-// and the first catch is seed 338 (5 voters, I8; then 430 and 446, I2);
-// with audit 13's as well, which also free grants whose lease ran out at
-// every voter, none in seeds 1-200.
+// four clients a node, also 1 (testdata/scenarios/new_disk_vote_saved.txt
+// and new_disk_vote_saved_forgotten.txt script it). The runs keep the sweeps of when it was found
+// (own-bucket-noncopies, keep-expired-grants): with the sweeps of
+// design.md R77, which also pick a register a voter kept of another's
+// bucket, they take other paths, and the first catch is seed 338 (5
+// voters, I8; then 430 and 446, I2); with those of R75 as well, which also
+// free grants whose lease ran out at every voter, none in seeds 1-200.
 func TestCheckerCatchesForgottenAmnesiaVoteAtRandom(t *testing.T) {
 	findViolation(t, "forget-amnesia-vote+own-bucket-noncopies+keep-expired-grants", "I2|I8", 200, lostAdopters)
 }

@@ -227,10 +227,7 @@ func TestDurableRestartNeverVotesInAReplacedConfiguration(t *testing.T) {
 // votes n0 and n1 cast in the founding configuration after their restart.
 func restartAfterUnpushedChange(t *testing.T, where, bug string) (*sim, []string) {
 	t.Helper()
-	cfg := faultFree(1, 3, 3, 1, 2)
-	cfg.Bug, cfg.Disks, cfg.WallBack = bug, true, false
-	cfg.Drift, cfg.Clocks = 0, ""
-	cfg.Duration, cfg.HealAt = 8*time.Second, 6*time.Second // the lost pushes are the fault
+	cfg := onDisks(bug, 3, 3, 1, 2, 8*time.Second, 6*time.Second) // the lost pushes are the fault
 	cfg.Delay = func(s *sim, from, to *simNode) (time.Duration, bool) {
 		if !s.healed && from != to && to.idx < 2 && s.boot.Newer(from.node.Membership()) {
 			return time.Hour, true // lost: n0 and n1 have restarted by then

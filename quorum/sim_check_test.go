@@ -480,7 +480,8 @@ func (k *simChecker) handedOver(key string) {
 // acquires that each got a grant accepted at some voters, none at a
 // majority, then duel for the right to finish theirs, and a parked waiter
 // retries after two round timeouts; seed 173 with 5 voters takes 5.5 round
-// timeouts so. A stall of a lease (review finding 3) is 25 of them.
+// timeouts so. A stall behind an unchosen grant (design.md R10) is 25 of
+// them.
 func (k *simChecker) handoverBound() time.Duration { return 8 * k.s.cfg.RoundTimeout }
 
 // settled reports whether the faults healed long enough ago for the

@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -53,4 +54,19 @@ func TestReplayLineNamesOnlyWhatReplays(t *testing.T) {
 	if got := replayLine(s.orig); got != want {
 		t.Errorf("the aimed run's replay: %q, want %q", got, want)
 	}
+}
+
+// TestSimulationReplayFaultFree replays the fault-free run of -sim.seed that
+// TestHandOverNeverWaitsOutAnUnchosenGrant makes (8 clients on one key) and
+// writes its trace to /tmp/trace.txt: a run to read when a hand-over is
+// slow.
+func TestSimulationReplayFaultFree(t *testing.T) {
+	if *simSeed == 0 {
+		t.Skip("no -sim.seed")
+	}
+	cfg := faultFree(*simSeed, 3, 1, 2, 1)
+	cfg.Trace = true
+	s := newSim(cfg)
+	s.run()
+	os.WriteFile("/tmp/trace.txt", []byte(strings.Join(s.trace, "\n")), 0o644)
 }

@@ -1,9 +1,139 @@
 package quorum
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
+
+// Key listings (design.md R39, R87). A voter change lists the keys at a
+// majority of the voters before it, and a restarted voter answers that
+// listing only once it caught up from voters that meet every majority it
+// may have been part of. A listing of the locks held (MergeListing) counts
+// no copy as a vote.
+
+// A restarted voter answers a listing only once it votes, and it votes only
+// once it has caught up from voters that meet every majority it may have
+// been part of, those before a pending change included (design.md R39).
+// Here k0 is granted and released at epoch E at n0 and n2 alone (n1 cut
+// off); n2 has no data directory. n2 restarts, n5 adds n3, and n0's
+// listing answers never reach n5: the listing majority is {n1 n2}, and n2
+// is the only voter in it that accepted k0, whose register it lost. n0 is
+// cut off from n2 until 3.5s, so n2 cannot learn k0 from it before then.
+// The rule holds if n2 answers the listing only after n0 answered its
+// catch-up (and k0 moves); then, with n0 cut off and a proposer whose wall
+// clock runs an hour back, k0 is granted above E by {n1 n2 n3}. With
+// "skip-prev-catch-up" n2 goes live on the word of n1 and n3 (a majority
+// of the new voters less itself), lists nothing, k0 is not moved, and the
+// grant after the change is below E: I2.
+func TestRestartedVoterListsKeysOnlyOnceCaughtUp(t *testing.T) {
+	for _, bug := range []string{"", "skip-prev-catch-up"} {
+		cfg := onDisks(bug, 3, 3, 1, 1, 8*time.Second, 7*time.Second)
+		const healN0N2 = 3500 * time.Millisecond
+		var (
+			e, token       uint64
+			liveAt, listed time.Duration
+			dropped        int // n0's answers to n5 lost while n5 lists
+			changed        bool
+		)
+		cfg.Script = func(s *sim) {
+			n0, n1, n2, n3, n4, n5 := s.nodes[0], s.nodes[1], s.nodes[2], s.nodes[3], s.nodes[4], s.nodes[5]
+			h := n4.clients[0]
+			h.holdTime = 50 * time.Millisecond
+			// n2 runs without a data dir from the start.
+			restartAmnesiac(s, n2)
+			// While n5 lists the old voters' keys, n0's answers to it are
+			// lost: the listing majority must be {n1 n2}.
+			s.cfg.Delay = func(s *sim, from, to *simNode) (time.Duration, bool) {
+				if from == n0 && to == n5 && n5.node != nil && n5.node.prop.chg != nil && n5.node.prop.chg.stage == stList {
+					dropped++
+					return time.Hour, true
+				}
+				return 0, false
+			}
+			s.at(1500*time.Millisecond, func() {
+				if !liveAcceptor(n2) {
+					t.Fatalf("n2 does not vote at 1.5s")
+				}
+				isolate(s, 1, true) // n1 misses the grant and the release
+				h.acquire("k0", true, time.Second)
+				s.flush(h.n)
+			})
+			s.at(1700*time.Millisecond, func() {
+				e = s.check.maxToken["k0"]
+				if e == 0 || h.state != cIdle || s.stats.Releases != 1 {
+					t.Fatalf("n4 was not granted and freed k0 by 1.7s (token %d, state %v)", e, h.state)
+				}
+				if r := n1.node.acc.regs["k0"]; r != nil && !r.accepted.IsZero() {
+					t.Fatalf("n1 holds k0: the scenario shows nothing")
+				}
+				isolate(s, 1, false)
+				cutBoth(s, 0, 2, true)
+				restartAmnesiac(s, n2)
+				id, err := n5.node.ChangeVoters("n3", n3.inc, "", n5.clock.Now()+5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				n5.changes[id] = &simChange{add: "n3"}
+				s.flush(n5)
+			})
+			var poll func()
+			poll = func() {
+				if liveAt == 0 && liveAcceptor(n2) {
+					liveAt = s.now
+				}
+				if c := n5.node.prop.chg; listed == 0 && c != nil && c.stage > stList {
+					listed = s.now
+				}
+				if liveAt == 0 || listed == 0 {
+					s.after(time.Millisecond, poll)
+				}
+			}
+			s.at(1700*time.Millisecond, poll)
+			s.at(healN0N2, func() { cutBoth(s, 0, 2, false) })
+			s.at(5*time.Second, func() {
+				changed = slices.Equal(s.m.Voters, []NodeID{"n0", "n1", "n2", "n3"}) && !s.m.Pending
+				// n0, the one voter outside the listing majority that holds
+				// k0, goes quiet; a node whose wall clock runs an hour back
+				// takes k0 from {n1 n2 n3}.
+				isolate(s, 0, true)
+				wallClocksBack(s, time.Hour)
+				s.crash(n4)
+				s.start(n4)
+				w := n4.clients[0]
+				w.holdTime = time.Hour
+				w.acquire("k0", true, time.Second)
+				s.flush(n4)
+			})
+			s.at(6500*time.Millisecond, func() {
+				if w := n4.clients[0]; w.grant != nil {
+					token = w.grant.token
+				}
+			})
+		}
+		s := newSim(cfg)
+		s.run()
+		t.Logf("bug %q: E=%d, n2 voted again at %v, listing done at %v, n0's listing answers lost %d, keys moved %d, changes done %d, token after %d",
+			bug, e, liveAt, listed, dropped, s.stats.KeysMoved, s.stats.ChangesDone, token)
+		switch {
+		case bug == "" && len(s.fail) > 0:
+			t.Errorf("%s", failureReport(s))
+		case dropped == 0:
+			t.Errorf("bug %q: n0 answered the listing: the listing majority was not {n1 n2}", bug)
+		case bug == "" && !changed:
+			t.Errorf("the change did not finish by 5s: voters %v, pending %v", s.m.Voters, s.m.Pending)
+		case bug == "" && (liveAt < healN0N2 || listed < liveAt):
+			t.Errorf("n2 voted at %v and the listing ended at %v, before n0 could answer n2 (%v)", liveAt, listed, healN0N2)
+		case bug == "" && s.stats.KeysMoved == 0:
+			t.Errorf("k0 was not moved")
+		case bug == "" && token <= e:
+			t.Errorf("k0 was granted at %d after the change, not above %d", token, e)
+		case bug != "":
+			brokeRule(t, s, bug, "I2", fmt.Sprintf("n2 voted at %v, listing done at %v, token %d after %d", liveAt, listed, token, e))
+		}
+	}
+}
 
 // A listing of the locks held (MergeListing, the mesh's Locks) settles a
 // key when a majority of the voters report one accepted ballot with one
@@ -11,7 +141,7 @@ import (
 // Result.Copy): the value it copied may never have been chosen, so a copy
 // is no vote and counts toward no such majority. It still says that a
 // voter holds the key held: the key is then left unsettled, and the mesh
-// reads it (Holder) before it lists it.
+// reads it (Holder) before it lists it (design.md R87).
 //
 // Three voters a, b, c. Two proposers that no longer run, p1 and p2, each
 // won a prepare: p1 at {a c} with ballot b1, then p2 at {b c} with b2 > b1.
@@ -25,10 +155,10 @@ import (
 // key was never held by p1, so the listing must not say so: it leaves the
 // key unsettled, and the read the mesh makes of it finds Y.
 //
-// With "list-counts-copies" the voters' listing answers carry no copy flag
-// (as before the rule): the merge counts b's copy with a's vote, settles
+// With "list-counts-copies" the voters' listing answers carry no copy flag:
+// the merge counts b's copy with a's vote, settles
 // the key as held by p1 and lists it without a read.
-func TestReviewListingCopiesAreNoVotes(t *testing.T) {
+func TestListingCountsNoCopyAsAVote(t *testing.T) {
 	for _, bug := range []string{"", "list-counts-copies"} {
 		held, unsettled, read := listingAcrossACopy(t, bug)
 		t.Logf("bug %q: the merge lists %v held, %q unsettled; a read then finds %v", bug, held, unsettled, read.Value)

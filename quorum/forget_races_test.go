@@ -8,15 +8,18 @@ import (
 	"time"
 )
 
-// Audit 11: attacks on the sweep's write-back (882f1e3: maybeWriteBack,
-// forgetWrittenBack, copies swept by every voter) and on observers that
-// order a forgotten key by a read's ballot (05de195: readOrder).
+// Forgetting keys, racing other work (design.md R74, R76, R82): a sweep's
+// write-back (maybeWriteBack, forgetWrittenBack) against the holder's
+// fast acquire, accepted by some voters only, across a voter restart, and
+// the forget after it against a new grant; a release one voter missed,
+// which a sweep writes back and forgets; and observers of keys the voters
+// forget, which order a forgotten key by a read's ballot (readOrder).
 
-var a11Seeds = flag.Int64("audit11.seeds", 30, "seeds of TestAudit11ObserveForgetful, each with 3 and 5 voters")
+var forgetfulObserveSeeds = flag.Int64("observe.forgetful.seeds", 30, "seeds of TestSimulationObserveForgetful, each with 3 and 5 voters")
 
-// a11Take collects what node id has ready and returns its requests, kept
-// back from the voters (the scenario delivers them when it chooses).
-func a11Take(c *testCluster, id NodeID) []Request {
+// takeRequests collects what node id has ready and returns its requests,
+// kept back from the voters (the scenario delivers them when it chooses).
+func takeRequests(c *testCluster, id NodeID) []Request {
 	n := c.node(id)
 	rd := n.prop.Ready()
 	c.collect(n, rd)
@@ -28,8 +31,8 @@ func a11Take(c *testCluster, id NodeID) []Request {
 	return out
 }
 
-// a11Kinds are the kinds of the operations of reqs, in order.
-func a11Kinds(reqs []Request) []OpKind {
+// opKindsOf are the kinds of the operations of reqs, in order.
+func opKindsOf(reqs []Request) []OpKind {
 	var ks []OpKind
 	for _, r := range reqs {
 		for _, op := range r.Ops {
@@ -39,9 +42,9 @@ func a11Kinds(reqs []Request) []OpKind {
 	return ks
 }
 
-// a11Deliver hands reqs from node id to their voters, to those in to only
-// when to is not empty.
-func a11Deliver(c *testCluster, id NodeID, reqs []Request, to ...NodeID) {
+// deliverRequests hands reqs from node id to their voters, to those in to
+// only when to is not empty.
+func deliverRequests(c *testCluster, id NodeID, reqs []Request, to ...NodeID) {
 	for _, r := range reqs {
 		if len(to) == 0 || slices.Contains(to, r.To) {
 			c.deliver(c.node(id), r)
@@ -49,11 +52,11 @@ func a11Deliver(c *testCluster, id NodeID, reqs []Request, to ...NodeID) {
 	}
 }
 
-// a11Sweep stages a sweep by p2 of k, which p1 took and released (so p1
-// keeps its one-round-trip path for k) and whose copy at c is demoted, up
-// to the write-back's accepts, which it returns undelivered: every voter
-// promised the write-back's ballot.
-func a11Sweep(t *testing.T, c *testCluster) (OpResult, []Request) {
+// stageWriteBack stages a sweep by p2 of k, which p1 took and released (so
+// p1 keeps its one-round-trip path for k) and whose copy at c is demoted,
+// up to the write-back's accepts, which it returns undelivered: every
+// voter promised the write-back's ballot.
+func stageWriteBack(t *testing.T, c *testCluster) (OpResult, []Request) {
 	t.Helper()
 	g := c.mustGrant("p1", "k")
 	c.mustRelease("p1", "k", g.Epoch)
@@ -61,20 +64,20 @@ func a11Sweep(t *testing.T, c *testCluster) (OpResult, []Request) {
 	p2 := c.node("p2").prop
 	p2.forget("k")
 	c.roundTrip() // the peeks
-	prep := a11Take(c, "p2")
-	if k := a11Kinds(prep); !slices.Equal(k, []OpKind{OpPrepare, OpPrepare, OpPrepare}) {
+	prep := takeRequests(c, "p2")
+	if k := opKindsOf(prep); !slices.Equal(k, []OpKind{OpPrepare, OpPrepare, OpPrepare}) {
 		t.Fatalf("after the peeks p2 sends %v, want three prepares", k)
 	}
-	a11Deliver(c, "p2", prep)
-	acc := a11Take(c, "p2")
-	if k := a11Kinds(acc); !slices.Equal(k, []OpKind{OpAccept, OpAccept, OpAccept}) {
+	deliverRequests(c, "p2", prep)
+	acc := takeRequests(c, "p2")
+	if k := opKindsOf(acc); !slices.Equal(k, []OpKind{OpAccept, OpAccept, OpAccept}) {
 		t.Fatalf("after the promises p2 sends %v, want three accepts", k)
 	}
 	return g, acc
 }
 
-// a11Kept is how many voters keep a register of k.
-func a11Kept(c *testCluster) int {
+// votersKeepingK is how many voters keep a register of k.
+func votersKeepingK(c *testCluster) int {
 	n := 0
 	for _, id := range c.m.Voters {
 		if c.node(id).acc.regs["k"] != nil {
@@ -84,8 +87,8 @@ func a11Kept(c *testCluster) int {
 	return n
 }
 
-// a11OneHolder fails unless every voter holds p1's grant of epoch e, timed.
-func a11OneHolder(t *testing.T, c *testCluster, e uint64) {
+// mustAllHoldP1 fails unless every voter holds p1's grant of epoch e, timed.
+func mustAllHoldP1(t *testing.T, c *testCluster, e uint64) {
 	t.Helper()
 	for id, r := range c.registers("k") {
 		if !r.Value.heldBy("p1", c.node("p1").inc) || r.Value.Epoch != e || r.Remaining <= 0 {
@@ -94,27 +97,27 @@ func a11OneHolder(t *testing.T, c *testCluster, e uint64) {
 	}
 }
 
-// Attack 1: the holder's one-round-trip path against a write-back. p1
+// The holder's one-round-trip path against a write-back (R74). p1
 // released k and keeps the promise of its next ballot (its fast path);
 // p2's sweep prepares a higher ballot at every voter, and p1 acquires k
 // again before p2's accepts land. p1's accept at its old ballot must be
 // refused everywhere (else two values at one ballot), p1 must win on a
 // prepare with a token above the last, and p2's accepts, coming after,
 // must be refused and the sweep end without a forget.
-func TestAudit11WriteBackAgainstTheHoldersFastAcquire(t *testing.T) {
+func TestSweepWriteBackLosesToTheHoldersFastAcquire(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1", "p2")
-	g, acc := a11Sweep(t, c)
+	g, acc := stageWriteBack(t, c)
 	p1 := c.node("p1").prop
 	op, err := p1.Acquire("k", scOpts(false))
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := a11Take(c, "p1")
-	if k := a11Kinds(first); !slices.Equal(k, []OpKind{OpAccept, OpAccept, OpAccept}) {
+	first := takeRequests(c, "p1")
+	if k := opKindsOf(first); !slices.Equal(k, []OpKind{OpAccept, OpAccept, OpAccept}) {
 		t.Fatalf("p1's acquire sends %v, want its fast path's accepts (the scenario needs them)", k)
 	}
 	mark := len(c.answers)
-	a11Deliver(c, "p1", first)
+	deliverRequests(c, "p1", first)
 	for _, a := range c.answers[mark:] {
 		if a.resp.Results[0].OK {
 			t.Errorf("%s accepted p1's fast accept at %v after promising p2's write-back", a.req.To, a.req.Ops[0].Ballot)
@@ -126,7 +129,7 @@ func TestAudit11WriteBackAgainstTheHoldersFastAcquire(t *testing.T) {
 		t.Fatalf("p1's acquire: %v epoch %d, want granted above %d", res.Outcome, res.Epoch, g.Epoch)
 	}
 	mark = len(c.answers)
-	a11Deliver(c, "p2", acc)
+	deliverRequests(c, "p2", acc)
 	c.settle()
 	for _, a := range c.answers[mark:] {
 		if a.req.From == "p2" && a.resp.Results[0].OK {
@@ -136,23 +139,23 @@ func TestAudit11WriteBackAgainstTheHoldersFastAcquire(t *testing.T) {
 	if p2 := c.node("p2").prop; p2.forgetting != 0 || p2.working("k") {
 		t.Errorf("p2's sweep has not ended")
 	}
-	a11OneHolder(t, c, res.Epoch)
+	mustAllHoldP1(t, c, res.Epoch)
 	c.mustRelease("p1", "k", res.Epoch)
 	if g3 := c.mustGrant("p1", "k"); g3.Epoch <= res.Epoch {
 		t.Errorf("k granted at %d after %d", g3.Epoch, res.Epoch)
 	}
 }
 
-// Attack 2: a write-back whose accept reaches only some voters. c loses
+// A write-back whose accept reaches only some voters (R74). c loses
 // p2's accept: a and b hold k at the write-back's ballot, c its demoted
 // copy. No forget may go out (not every voter acknowledged), nothing is
 // dropped, and the next grant's token is above the last; a later sweep
 // forgets the key once its release reached every voter.
-func TestAudit11WriteBackAcceptedBySomeVotersForgetsNothing(t *testing.T) {
+func TestWriteBackAcceptedBySomeVotersForgetsNothing(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1", "p2")
-	g, acc := a11Sweep(t, c)
-	a11Deliver(c, "p2", acc, "a", "b")
-	if k := a11Kinds(a11Take(c, "p2")); len(k) != 0 {
+	g, acc := stageWriteBack(t, c)
+	deliverRequests(c, "p2", acc, "a", "b")
+	if k := opKindsOf(takeRequests(c, "p2")); len(k) != 0 {
 		t.Errorf("p2 sends %v with c's acknowledgment missing, want nothing", k)
 	}
 	c.advance(3 * scRoundTimeout)
@@ -160,7 +163,7 @@ func TestAudit11WriteBackAcceptedBySomeVotersForgetsNothing(t *testing.T) {
 	if p2.forgetting != 0 || p2.working("k") {
 		t.Fatalf("p2's sweep has not ended")
 	}
-	if n := a11Kept(c); n != 3 {
+	if n := votersKeepingK(c); n != 3 {
 		t.Fatalf("%d voters hold k after a write-back that forgot nothing, want 3", n)
 	}
 	regs := c.registers("k")
@@ -171,11 +174,11 @@ func TestAudit11WriteBackAcceptedBySomeVotersForgetsNothing(t *testing.T) {
 	if g2.Epoch <= g.Epoch {
 		t.Fatalf("k granted at %d after %d", g2.Epoch, g.Epoch)
 	}
-	a11OneHolder(t, c, g2.Epoch)
+	mustAllHoldP1(t, c, g2.Epoch)
 	c.mustRelease("p1", "k", g2.Epoch)
 	p2.forget("k")
 	c.settle()
-	if n := a11Kept(c); n != 0 {
+	if n := votersKeepingK(c); n != 0 {
 		t.Errorf("%d voters keep k after its release reached all and a sweep", n)
 	}
 	if g3 := c.mustGrant("p1", "k"); g3.Epoch <= g2.Epoch {
@@ -183,22 +186,22 @@ func TestAudit11WriteBackAcceptedBySomeVotersForgetsNothing(t *testing.T) {
 	}
 }
 
-// Attack 3: the forget that follows a write-back races an acquire. Every
+// The forget that follows a write-back races an acquire (R74). Every
 // voter acknowledged the write-back; p2's forgets are held back while p1
 // takes k (its fast path refused: the write-back promised p2's next
 // ballot), then delivered, a only before the grant and b, c after it. a
 // drops k; b and c hold p1's grant, not the write-back's ballot, and keep
 // it. One holder, a token above the last, and the lease is timed by a
 // majority.
-func TestAudit11ForgetAfterWriteBackRacesAnAcquire(t *testing.T) {
+func TestForgetAfterWriteBackSparesANewGrant(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1", "p2")
-	g, acc := a11Sweep(t, c)
-	a11Deliver(c, "p2", acc)
-	fg := a11Take(c, "p2")
-	if k := a11Kinds(fg); !slices.Equal(k, []OpKind{OpForget, OpForget, OpForget}) {
+	g, acc := stageWriteBack(t, c)
+	deliverRequests(c, "p2", acc)
+	fg := takeRequests(c, "p2")
+	if k := opKindsOf(fg); !slices.Equal(k, []OpKind{OpForget, OpForget, OpForget}) {
 		t.Fatalf("after every voter accepted the write-back p2 sends %v, want three forgets", k)
 	}
-	a11Deliver(c, "p2", fg, "a")
+	deliverRequests(c, "p2", fg, "a")
 	if c.node("a").acc.regs["k"] != nil {
 		t.Fatalf("a keeps k after the write-back's forget")
 	}
@@ -206,7 +209,7 @@ func TestAudit11ForgetAfterWriteBackRacesAnAcquire(t *testing.T) {
 	if g2.Epoch <= g.Epoch {
 		t.Fatalf("k granted at %d after %d", g2.Epoch, g.Epoch)
 	}
-	a11Deliver(c, "p2", fg, "b", "c")
+	deliverRequests(c, "p2", fg, "b", "c")
 	timed := 0
 	for id, r := range c.registers("k") {
 		if r.Value.Held && r.Remaining > 0 {
@@ -228,23 +231,23 @@ func TestAudit11ForgetAfterWriteBackRacesAnAcquire(t *testing.T) {
 	}
 }
 
-// Attack 4: a voter restarts (amnesia) between the write-back's promises
-// and its accepts. c refuses the accept (another life's promise), a and b
+// A voter restarts (amnesia) between the write-back's promises and its
+// accepts (R74). c refuses the accept (another life's promise), a and b
 // take it; the sweep ends with no forget. After c's quarantine and
 // catch-up, the next grant's token is above the last and only one node
 // gets it.
-func TestAudit11WriteBackAcrossAVoterRestart(t *testing.T) {
+func TestWriteBackAcrossAVoterRestartForgetsNothing(t *testing.T) {
 	c := newTestCluster(t, voters3, "p1", "p2")
-	g, acc := a11Sweep(t, c)
+	g, acc := stageWriteBack(t, c)
 	c.restartAcceptor("c")
 	mark := len(c.answers)
-	a11Deliver(c, "p2", acc)
+	deliverRequests(c, "p2", acc)
 	for _, a := range c.answers[mark:] {
 		if a.req.To == "c" && a.resp.Status == StatusOK && len(a.resp.Results) > 0 && a.resp.Results[0].OK {
 			t.Errorf("c, restarted, accepted the write-back promised by its earlier life")
 		}
 	}
-	if k := a11Kinds(a11Take(c, "p2")); len(k) != 0 {
+	if k := opKindsOf(takeRequests(c, "p2")); len(k) != 0 {
 		t.Errorf("p2 sends %v after c refused, want nothing", k)
 	}
 	c.advance(scQuarantine + 10*scRoundTimeout)
@@ -265,7 +268,7 @@ func TestAudit11WriteBackAcrossAVoterRestart(t *testing.T) {
 	}
 }
 
-// Attack 5: observers in forgetful runs. TestSimulationObserve runs with
+// Observers in forgetful runs (R82). TestSimulationObserve runs with
 // the default registers, where voters rarely forget a key, so the
 // observer's forgotten-key rules (an empty answer where a voter reported
 // a value; reports settling on an empty register; the read that orders
@@ -274,8 +277,8 @@ func TestAudit11WriteBackAcrossAVoterRestart(t *testing.T) {
 // registers, 300ms idle) and its proposers their idle keys, with every
 // node observing every key and a fifth of the operations reads; O1 to O4
 // and every other invariant are checked.
-func TestAudit11ObserveForgetful(t *testing.T) {
-	seeds := *a11Seeds
+func TestSimulationObserveForgetful(t *testing.T) {
+	seeds := *forgetfulObserveSeeds
 	if testing.Short() || raceEnabled {
 		seeds = 4
 	}
@@ -305,7 +308,7 @@ func TestAudit11ObserveForgetful(t *testing.T) {
 	t.Logf("%d observed states, %d last states checked at rest, %d write-backs (live nodes at the end)", states, final, wb)
 }
 
-// Attack 6: an observer's ordering read (05de195) races a new grant. As
+// An observer's ordering read races a new grant (R82). As
 // in TestObserveForgottenKeyAfterAMissedRelease, n4 observes k0 and is
 // cut off from the voters while n3 takes and releases it and a sweep
 // forgets it; at the heal n4 meets empty registers and reads k0 with a
@@ -314,7 +317,7 @@ func TestAudit11ObserveForgetful(t *testing.T) {
 // Beyond O1 to O4, checked here: n4 never reports k0 free once a grant of
 // it is more than a read's deadline old and still running (the read would
 // have had to begin after the grant was chosen, and then it finds it).
-func TestAudit11ObserverOrderingReadRacesAGrant(t *testing.T) {
+func TestObserverOrderingReadRacesAGrant(t *testing.T) {
 	const (
 		observer = 4
 		cutAt    = 600 * time.Millisecond
@@ -388,23 +391,21 @@ func TestAudit11ObserverOrderingReadRacesAGrant(t *testing.T) {
 	t.Logf("%d free states ordered by n4's own read ballot after the heal", reads)
 }
 
-// Attack 7: a release that one voter missed. p1 takes k and releases it
+// A release that one voter missed (R74). p1 takes k and releases it
 // while c is cut off: a and b hold k free at the release's ballot, c p1's
 // grant, whose timer runs out. No lease runs anywhere, and the highest
-// value is free; yet every sweep's peeks found c holding a grant, so the
-// sweep neither forgot nor wrote back (every voter had to hold it free),
-// and all three voters kept k until someone wrote it again. Now a sweep
-// writes back when the highest value is free and no voter times a lease
-// (mayWriteBack), and forgets the key: within five sweeps no voter keeps
-// k, and the next grant's token is above p1's. Fault sweep-needs-every-
-// free brings the old rule back: the sweeps only peek, all three keep k.
-func TestAudit11SweepLeavesAReleaseAVoterMissed(t *testing.T) {
+// value is free: a sweep writes back (mayWriteBack) and forgets the key.
+// Within five sweeps no voter keeps k, and the next grant's token is
+// above p1's. Fault sweep-needs-every-free writes back only when every
+// voter holds the key free: the sweeps only peek, and all three voters
+// keep k until someone writes it again.
+func TestSweepForgetsAReleaseOneVoterMissed(t *testing.T) {
 	for _, fault := range []bool{false, true} {
-		t.Run(fmt.Sprintf("sweep-needs-every-free=%v", fault), func(t *testing.T) { a11MissedRelease(t, fault) })
+		t.Run(fmt.Sprintf("sweep-needs-every-free=%v", fault), func(t *testing.T) { runMissedRelease(t, fault) })
 	}
 }
 
-func a11MissedRelease(t *testing.T, fault bool) {
+func runMissedRelease(t *testing.T, fault bool) {
 	c := newTestCluster(t, voters3, "p1", "p2")
 	g := c.mustGrant("p1", "k")
 	c.cut["c"] = true
@@ -414,7 +415,7 @@ func a11MissedRelease(t *testing.T, fault bool) {
 	p2 := c.node("p2").prop
 	p2.faults.sweepNeedsEveryFree = fault
 	mark := len(c.waves)
-	for i := 0; i < 5 && a11Kept(c) > 0; i++ {
+	for i := 0; i < 5 && votersKeepingK(c) > 0; i++ {
 		p2.forget("k")
 		c.settle()
 		c.advance(scRoundTimeout)
@@ -430,7 +431,7 @@ func a11MissedRelease(t *testing.T, fault bool) {
 	for id, r := range c.registers("k") {
 		t.Logf("%s: %v at %v, timer %v", id, r.Value, r.Accepted, r.Remaining)
 	}
-	kept := a11Kept(c)
+	kept := votersKeepingK(c)
 	t.Logf("after the sweeps (%d ops sent: %v), %d voters keep k; write-backs %d", len(sent), sent, kept, p2.Stats().WriteBacks)
 	switch {
 	case fault && (kept != 3 || slices.Contains(sent, OpAccept) || slices.Contains(sent, OpForget)):
