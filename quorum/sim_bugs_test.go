@@ -67,26 +67,26 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// episodes (TestCheckerCatchesIgnoredNewerConfigAtRandom: 69 of
 		// 400 runs, first seed 2 with 5 voters) and by a scripted run, in
 		// which a voter without a disk restarts
-		// (TestReviewListingCatchUpInAReplacedConfiguration); a restart
+		// (TestVoterWithoutDiskDoesNotVoteInAReplacedConfiguration); a restart
 		// from disk shows only its effect
 		// (TestDurableRestartNeverVotesInAReplacedConfiguration). The
 		// family's storms reach its state but broke nothing in 500.
 		f.acc.ignoreNewerConfig = true
 	case "count-copied-config":
 		// Caught by a scripted run
-		// (TestReviewListingRestartedVoterAdoptsOnlyAChosenConfiguration);
+		// (TestRestartedVoterAdoptsOnlyAChosenConfiguration);
 		// no random run is known to (simConfig.DiskLoss: none in 500).
 		f.acc.countCopiedConfig = true
 	case "forget-own-vote":
 		// Caught by random runs with the disk-loss family's lost-adopter
 		// episodes (TestCheckerCatchesForgottenOwnVoteAtRandom: 23 of 400
 		// runs, first seed 6 with 5 voters) and by a scripted run
-		// (TestAuditAmnesiacVoterThatAcceptedTheNewConfiguration); the
+		// (TestVoterWithoutItsDiskCountsItselfAsMaybeAccepting); the
 		// family's storms caught none in 500.
 		f.acc.forgetOwnVote = true
 	case "forget-amnesia-vote":
 		// Caught by a scripted run
-		// (TestAudit2NewDiskVoterForgetsItVotedAfterARestart), and
+		// (testdata/scenarios/new_disk_vote_saved_forgotten.txt), and
 		// thinly by random runs with the disk-loss family's lost-adopter
 		// episodes (TestCheckerCatchesForgottenAmnesiaVoteAtRandom: 1 of
 		// 400 runs, seed 8 with 5 voters); the family's storms reach a
@@ -94,28 +94,28 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		f.acc.forgetAmnesiaVote = true
 	case "full-restart-ignores-newer":
 		// Caught by a scripted run
-		// (TestAudit5FullRestartIgnoresANewerConfiguration); no random
+		// (TestFullRestartWaitsForANewerConfigurationThatMayBeChosen); no random
 		// run is known to (simConfig.DiskLoss: none in 500).
 		f.acc.fullRestartIgnoresNewer = true
 	case "trust-forgotten":
 		// Caught by a scripted run
-		// (TestAudit6ForgottenAnswersCountAsUnknown).
+		// (TestAnswersOfVotersThatForgotCountAsUnheard).
 		f.acc.trustForgotten = true
 	case "sticky-lost":
 		// Caught by a scripted run
-		// (TestAudit7StickyLostCountsARecoveredVoter).
+		// (TestRecoveredVoterNoLongerCountsAsLost).
 		f.acc.stickyLost = true
 	case "copies-vote":
-		// Caught by a scripted run (TestAudit7ConfigCopiesLookChosen).
+		// Caught by a scripted run (TestCopiedConfigurationsAreNoVotes).
 		f.acc.copiesVote = true
 	case "list-counts-copies":
-		// Shown by a scripted run (TestReviewListingCopiesAreNoVotes): a
+		// Shown by a scripted run (TestListingCountsNoCopyAsAVote): a
 		// listing settles as held a value accepted at one voter and
 		// copied by another, never chosen. Simulated runs list nothing.
 		f.acc.listCopiesVote = true
 	case "new-voters-only":
 		// A stall, shown by a scripted run
-		// (TestAudit7PendingAddStallsAFullRestartOfThePrevMajority).
+		// (TestFullRestartDuringAPendingChangeCountsThePreviousVoters).
 		f.acc.newVotersOnly = true
 	case "keep-stale-catch-up":
 		// Caught by the aimed seed that found it
@@ -127,19 +127,19 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		f.acc.lostWithLaterLives = true
 	case "ignore-quiet":
 		// A stall, shown by a scripted run
-		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
+		// (testdata/scenarios/partner_restarted_again_ignore_quiet.txt).
 		f.acc.ignoreQuiet = true
 	case "keep-quiet":
-		// Caught by scripted runs (TestAudit9QuietLivesEndWhenALifeVotes,
-		// TestAudit10FiveVotersQuietLivesEndWhenALifeVotes); no random run
-		// is known to (the disk-loss family never reaches the rule: a
-		// reviewer compared 450 of its runs with ignore-quiet and found
-		// none differ; the aimed family reaches it in 65 of 1,950).
+		// Caught by scripted runs (TestQuietLivesEndWhenALifeVotes,
+		// TestQuietLivesEndWhenALifeVotesOfFiveVoters); no random run
+		// is known to (the disk-loss family never reaches the rule: 450 of
+		// its runs with ignore-quiet run as without it; the aimed family
+		// reaches it in 65 of 1,950).
 		f.acc.keepQuiet = true
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one
-		// (TestReconfigListsKeysAtAMajority).
+		// (testdata/scenarios/listing_from_one.txt).
 		f.prop.listFromOne = true
 	case "floor-on-majority":
 		// Caught by random runs with aimed restarts
@@ -149,8 +149,8 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 	case "skip-prev-catch-up":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesPendingCatchUpFromNewVotersOnly) and by
-		// scripted ones (TestReconfigPendingCatchUpAsksThePreviousVoters,
-		// TestReviewListingRestartedVoterAnswersOnlyOnceCaughtUp).
+		// scripted ones (testdata/scenarios/pending_catch_up_new_voters_only.txt,
+		// TestRestartedVoterListsKeysOnlyOnceCaughtUp).
 		f.acc.skipPrevCatchUp = true
 	case "keep-fast-on-adopt":
 		// No run is known in which it breaks an invariant (see
@@ -177,11 +177,11 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 	case "forget-evicted-on-majority":
 		f.prop.forgetEvictedOnMajority = true
 	case "no-sweep-write-back":
-		// Shown by a scripted run (TestAudit8DemotedCopiesAreNeverSwept):
+		// Shown by a scripted run (TestSweepWritesBackAndForgetsDemotedCopies):
 		// demoted copies are kept for good.
 		f.prop.noSweepWriteBack = true
 	case "sweep-needs-every-free":
-		// Shown by a scripted run (TestAudit11SweepLeavesAReleaseAVoterMissed):
+		// Shown by a scripted run (TestSweepForgetsAReleaseOneVoterMissed):
 		// a release one voter missed keeps the key at every voter for good.
 		f.prop.sweepNeedsEveryFree = true
 	case "own-bucket-sweeps":
@@ -191,20 +191,20 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		f.acc.ownBucketSweeps = true
 	case "own-bucket-noncopies":
 		// Shown by a scripted run
-		// (TestAudit12SweepFreesARegisterWhoseForgetOneVoterMissed): a
+		// (TestSweepForgetsARegisterOneVotersForgetMissed): a
 		// register a voter kept when the forget to it was lost is kept
 		// for good.
 		f.acc.ownBucketNoncopies = true
 	case "keep-expired-grants":
 		// Shown by a scripted run
-		// (TestAudit13SweepFreesAGrantWhoseHolderCrashed): a grant whose
+		// (TestSweepFreesAGrantWhoseHolderCrashed): a grant whose
 		// holder crashed without releasing it is kept by every voter for
 		// good.
 		f.acc.keepExpiredGrants, f.prop.keepExpiredGrants = true, true
 	case "free-live-grants":
 		// Caught by random runs (TestCheckerCatchesFreeingLiveGrants: seed
 		// 2 with 3 voters) and by a scripted one
-		// (TestAudit13SweepLeavesALeaseAVoterStillTimes): a voter cut off
+		// (TestSweepLeavesALeaseAnyVoterStillTimes): a voter cut off
 		// from a holder that renews through the others frees its lease,
 		// and another node is granted the key inside it (I1).
 		f.acc.freeLiveGrants, f.prop.freeLiveGrants = true, true
@@ -430,7 +430,7 @@ func TestCheckerCatchesForgottenEpochMark(t *testing.T) {
 	})
 }
 
-// Review finding 1 put back: a proposer counts ballots per key and starts
+// design.md R4 and R5 broken: a proposer counts ballots per key and starts
 // again from 1 when it forgets an idle key, and acceptors answer a prepare
 // equal to their promise as a duplicate. With small idle caps keys are
 // forgotten all the time, and one ballot comes to carry two values.
@@ -438,12 +438,12 @@ func TestCheckerCatchesBallotReuse(t *testing.T) {
 	findViolation(t, "ballot-reuse", "I6", 100, func(c *simConfig) { c.MaxIdleKeys = 1; c.Keys = 40; c.Uniform = true })
 }
 
-// Review finding 3 put back: any live timer of a grant not behind the
+// design.md R10 broken: any live timer of a grant not behind the
 // register's value locks the key, so after two acquires each got one
 // acceptor to accept, every waiter parks for about a lease.
 //
 // Clients duelling for one key without faults reach it (the same runs pass
-// without the bug: TestReviewHandOverNeverWaitsOutAnUnchosenGrant). Since
+// without the bug: TestHandOverNeverWaitsOutAnUnchosenGrant). Since
 // waiters are lined up at every voter and told in turn, duels are rare
 // enough that eight clients no longer did in 200 runs; sixteen (seven
 // proposers besides the voters, two clients each) reach it about once in
@@ -469,7 +469,7 @@ func TestCheckerCatchesOneSidedDrift(t *testing.T) {
 	findViolation(t, "holder-one-sided-drift", "I1", 100, func(c *simConfig) { c.Clocks, c.Disks, c.WallBack = "adversarial", false, false })
 }
 
-// Review finding 2 put back: the quarantine from this life's MaxTTL alone
+// design.md R36 broken: the quarantine from this life's MaxTTL alone
 // and catch-up without timers. A rolling restart that lowers the TTL lets a
 // restarted voter vote while a longer lease of its earlier life runs.
 func TestCheckerCatchesShortQuarantine(t *testing.T) {
@@ -618,7 +618,7 @@ func TestCheckerCatchesForgettingOnMajority(t *testing.T) {
 // prepare, Remaining ignored): a voter that misses a holder's renewals
 // frees its live lease, and the next acquire is granted inside it (seed 2
 // with 3 voters, registers capped; the scripted run is
-// TestAudit13SweepLeavesALeaseAVoterStillTimes).
+// TestSweepLeavesALeaseAnyVoterStillTimes).
 func TestCheckerCatchesFreeingLiveGrants(t *testing.T) {
 	findViolation(t, "free-live-grants", "I1", 50, nil)
 }
