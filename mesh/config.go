@@ -250,6 +250,11 @@ type Config struct {
 	// show that with a data directory tokens do not depend on it, and that
 	// a restart is recognised whichever way the clock moved.
 	WallClock func() time.Time
+	// Clock, when set, is a clock the test moves ahead at once: the
+	// node's leases, rounds and timers read the process's monotonic clock
+	// plus how far Clock moved since New (see Clock). Nodes may share one.
+	// Nil means the process's clock alone, which production wants.
+	Clock *Clock
 
 	local bool // DefaultLocalConfig: smaller defaults
 	// maxVersion, when set (tests only), makes the node speak protocol

@@ -91,6 +91,13 @@
 //	leaders, err := m.Observe(ctx, "scheduler")             // on any node
 //	for l := range leaders { log.Print(l.Node, l.Value) }
 //
+// # Testing
+//
+// Package meshtest runs a mesh of several nodes inside a test and breaks it
+// on demand (a lease lost now, a node cut off, crashed or restarted), so
+// that an application's failover code can be tested against the real
+// protocol. Config.Clock is the clock it moves to do so.
+//
 // # Errors
 //
 // Callers can tell apart: ErrLocked (a *LockedError names the holder;

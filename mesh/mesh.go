@@ -30,7 +30,7 @@ type Mesh struct {
 	met   *metrics.Metrics // nil: no Config.MetricSink
 	lbl   []metrics.Label
 	stats meters // the node's own figures (metrics.go)
-	clock *clock
+	clock *nodeClock
 	lim   limits
 	qo    quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
 
@@ -126,7 +126,7 @@ func New(cfg *Config) (*Mesh, error) {
 		cfg:      c,
 		name:     quorum.NodeID(c.Name),
 		log:      c.Logger,
-		clock:    newClock(),
+		clock:    newClock(c.Clock),
 		lim:      c.limits(),
 		ready:    make(chan struct{}),
 		waiters:  make(map[quorum.OpID]chan outcome),
@@ -200,6 +200,7 @@ func New(cfg *Config) (*Mesh, error) {
 			m.log.Warn("no seed answered yet; retrying in the background", "seeds", c.Seeds, "error", err)
 		}
 	}
+	m.clock.lead.attach(m)
 	close(m.started)
 	m.maybeBootstrap()
 	return m, nil
@@ -531,6 +532,7 @@ func (m *Mesh) Leave(ctx context.Context) error {
 func (m *Mesh) Shutdown() error {
 	m.closeOnce.Do(func() {
 		close(m.closed)
+		m.clock.lead.detach(m)
 		m.ml.Shutdown()
 		m.tr.Close()
 		m.wg.Wait()
