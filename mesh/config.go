@@ -186,8 +186,10 @@ type Config struct {
 	// empty means none. It overrides Memberlist.Label.
 	GossipLabel string
 
-	// Logger receives the mesh's logs, memberlist's included. Nil means
-	// silent.
+	// Logger receives the mesh's logs, memberlist's included; for a
+	// *slog.Logger, use SlogLogger(l). WARN and ERROR are for what an
+	// operator must act on; a restart, a join or a leave logs at INFO or
+	// DEBUG. Nil means silent.
 	Logger hclog.Logger
 	// MetricSink receives the mesh's metrics (acquire and renew latency,
 	// leases held and lost, quorum failures, messages and bytes), labelled

@@ -112,7 +112,9 @@
 //
 // # Observability
 //
-// Config.Logger (an hclog.Logger) receives the mesh's logs and memberlist's;
+// Config.Logger (an hclog.Logger, or a *slog.Logger through SlogLogger)
+// receives the mesh's logs and memberlist's, WARN and ERROR only for what
+// an operator must act on;
 // Config.MetricSink receives go-metrics figures labelled with the node name:
 // acquire latency, leases granted, renewed, held and lost, quorum failures,
 // messages and bytes, refused connections and malformed messages. Status

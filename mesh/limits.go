@@ -192,10 +192,9 @@ func (m *Mesh) callFailed(addr string, err error) {
 	var remote *transport.RemoteError
 	if errors.As(err, &remote) && strings.Contains(remote.Message, errWrongIncarnation.Error()) {
 		m.incr("rpc.refused_incarnation", 1)
-		if m.noisy.allow("refused incarnation " + hostOf(addr)) {
-			m.log.Warn("a peer refuses this process's ballots: it knows this node's name as another process (this node restarted moments ago, or another process uses its name)",
-				"peer", addr, "error", err)
-		}
+		m.logRefusal("refused incarnation "+hostOf(addr),
+			"a peer refuses this process's ballots: it knows this node's name as another process (this node restarted moments ago, or another process uses its name)",
+			"peer", addr, "error", err)
 		return
 	}
 	if errors.Is(err, errSettings) || (!errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity)) {
