@@ -176,6 +176,12 @@ func (m *Mesh) transportRefused(peer string, err error) {
 		m.incr("transport.refused", 1)
 		m.log.Debug("ballot connection closed", "peer", peer, "why", why, "error", err)
 		return
+	case "transport.refused.io":
+		// A peer that stops or restarts resets its connections: routine
+		// for a moment, worth a look if it goes on.
+		m.incr("transport.refused", 1)
+		m.logRefusal(metric+" "+hostOf(peer), "ballot connection failed", "peer", peer, "why", why, "error", err)
+		return
 	}
 	m.incr("transport.refused", 1)
 	if m.noisy.allow(metric + " " + hostOf(peer)) {
