@@ -158,7 +158,6 @@ func refusal(err error) (metric, why string) {
 func (m *Mesh) transportRefused(peer string, err error) {
 	if errors.Is(err, errSettings) {
 		// judge counted and logged it (rpc.refused_settings).
-		m.incr("transport.refused", 1)
 		m.log.Debug("ballot connection closed", "peer", peer, "error", err)
 		return
 	}
@@ -173,17 +172,14 @@ func (m *Mesh) transportRefused(peer string, err error) {
 		return
 	case "transport.refused.rejected":
 		// The handler logged why.
-		m.incr("transport.refused", 1)
 		m.log.Debug("ballot connection closed", "peer", peer, "why", why, "error", err)
 		return
 	case "transport.refused.io":
 		// A peer that stops or restarts resets its connections: routine
 		// for a moment, worth a look if it goes on.
-		m.incr("transport.refused", 1)
 		m.logRefusal(metric+" "+hostOf(peer), "ballot connection failed", "peer", peer, "why", why, "error", err)
 		return
 	}
-	m.incr("transport.refused", 1)
 	if m.noisy.allow(metric + " " + hostOf(peer)) {
 		m.log.Warn("ballot connection refused", "peer", peer, "why", why, "metric", metric, "error", err)
 	}

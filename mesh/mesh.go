@@ -23,16 +23,19 @@ import (
 
 // Mesh is one node of a lock mesh. It is safe for concurrent use.
 type Mesh struct {
-	cfg   Config
-	name  quorum.NodeID
-	inc   uint64
-	log   hclog.Logger
-	met   *metrics.Metrics // nil: no Config.MetricSink
-	lbl   []metrics.Label
-	stats meters // the node's own figures (metrics.go)
-	clock *nodeClock
-	lim   limits
-	qo    quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
+	cfg  Config
+	name quorum.NodeID
+	inc  uint64
+	log  hclog.Logger
+	met  *metrics.Metrics // nil: no Config.MetricSink
+	lbl  []metrics.Label
+	// sinkLbl are the labels a go-metrics sink gets with each figure of
+	// metricList: lbl, and its family's label (setupMetrics).
+	sinkLbl [][]metrics.Label
+	stats   meters // the node's own figures (metrics.go)
+	clock   *nodeClock
+	lim     limits
+	qo      quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
 
 	ml     *memberlist.Memberlist
 	addr   string        // gossip address
