@@ -666,7 +666,7 @@ func TestReplayedRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("restart: %v", err)
 	}
 	s.nodes[0] = restarted
-	waitFor(t, 20*time.Second, "the restarted voter to vote", func() bool { return restarted.Status().Voting == "live" })
+	waitFor(t, 20*time.Second, "the restarted voter to vote", func() bool { return restarted.Status().VotingState == Live })
 	target = restarted
 	check("after the acceptor restarted", replay(restarted.Status().RPCAddr))
 }
