@@ -564,7 +564,10 @@ func (m *Mesh) leaveGossip(ctx context.Context) {
 			}
 			return
 		case <-tick.C:
-			if m.ml.NumMembers() == 0 { // this node, having left, is not counted
+			// This node counts itself until its Leave has marked it left,
+			// so none counted means that Leave has begun: Shutdown may
+			// follow (memberlist panics on a Leave begun after it).
+			if m.ml.NumMembers() == 0 {
 				m.log.Debug("left gossip; no other node is alive to hear it")
 				return
 			}
