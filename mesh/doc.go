@@ -114,10 +114,11 @@
 //
 // Config.Logger (an hclog.Logger, or a *slog.Logger through SlogLogger)
 // receives the mesh's logs and memberlist's, WARN and ERROR only for what
-// an operator must act on;
-// Config.MetricSink receives go-metrics figures labelled with the node name:
-// acquire latency, leases granted, renewed, held and lost, quorum failures,
-// messages and bytes, refused connections and malformed messages. Status
-// returns a snapshot of members, voters, this node's voting state,
-// readiness and leases.
+// an operator must act on. Mesh.Collector exports the node's metrics to
+// Prometheus, and Config.MetricSink receives them through go-metrics:
+// acquire and renew durations, leases granted, renewed, held and lost,
+// quorum failures, messages and bytes, refusals and limit hits by reason
+// (docs/metrics.md lists them). Status returns a snapshot of members,
+// voters and how this node's probes find each, its voting state,
+// readiness and what it waits for, and leases.
 package mesh

@@ -12,7 +12,7 @@ import (
 )
 
 // The mesh's metrics. Every node keeps its own figures, cumulative since
-// New: counters, gauges and latency histograms, in atomics, whether or not
+// New: counters, gauges and duration histograms, in atomics, whether or not
 // anything reads them. Mesh.Collector exports them to Prometheus
 // (prometheus.go); Config.MetricSink, when set, receives each event as
 // well, through go-metrics, named by its family with the family's label
@@ -24,7 +24,7 @@ type metricKind uint8
 const (
 	counterKind   metricKind = iota // a count since New (incr)
 	gaugeKind                       // the last value set (gauge)
-	histogramKind                   // a latency distribution (measure)
+	histogramKind                   // a distribution of durations (measure)
 )
 
 // metricFamily is one family of figures: a single series, or one series
