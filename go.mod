@@ -1,6 +1,6 @@
 module github.com/lockmesh/lockmesh
 
-go 1.26.8
+go 1.25.0
 
 require (
 	github.com/anishathalye/porcupine v1.3.1

@@ -19,7 +19,7 @@ type cluster struct {
 }
 
 // startCluster starts n voters named v1..vn and returns once every voter
-// votes (Status().Voting == "live": quarantine and catch-up are over) and
+// votes (Status().VotingState is Live: quarantine and catch-up are over) and
 // every node sees every other alive with a ballot address.
 func startCluster(ctx context.Context, n int) (*cluster, error) {
 	return startClusterWith(ctx, n, nil)
@@ -111,8 +111,8 @@ func (c *cluster) waitReady(ctx context.Context) error {
 					alive++
 				}
 			}
-			if (i < c.voters && st.Voting != "live") || alive < len(c.nodes) {
-				return false, fmt.Sprintf("%s: voting %q, %d of %d members alive", st.Name, st.Voting, alive, len(c.nodes))
+			if (i < c.voters && st.VotingState != mesh.Live) || alive < len(c.nodes) {
+				return false, fmt.Sprintf("%s: %v, %d of %d members alive", st.Name, st.VotingState, alive, len(c.nodes))
 			}
 		}
 		return true, ""

@@ -130,7 +130,9 @@ func TestErrorsAreDistinct(t *testing.T) {
 	}
 }
 
-// Metrics go to the user's sink, labelled with the node.
+// Metrics go to the user's sink, labelled with the node, each under its
+// family's name with the family's label (an acquire's outcome, a
+// refusal's reason).
 func TestMetricsReachTheSink(t *testing.T) {
 	sink := metrics.NewInmemSink(time.Hour, time.Hour)
 	c := newCluster(t, clusterOpts{voters: 1, tweak: func(cfg *Config) { cfg.MetricSink = sink }})
@@ -141,6 +143,8 @@ func TestMetricsReachTheSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.Release(ctx)
+	c.nodes[0].incr("transport.refused.plaintext", 1)
+	c.nodes[0].incr("limit.idle", 1)
 	seen := map[string]bool{}
 	for _, iv := range sink.Data() {
 		iv.RLock()
@@ -155,7 +159,8 @@ func TestMetricsReachTheSink(t *testing.T) {
 		}
 		iv.RUnlock()
 	}
-	for _, want := range []string{"lockmesh.leases.granted;node=node0", "lockmesh.acquire.latency;node=node0", "lockmesh.leases.held;node=node0"} {
+	for _, want := range []string{"lockmesh.leases.granted;node=node0", "lockmesh.acquire.latency;node=node0;outcome=granted",
+		"lockmesh.leases.held;node=node0", "lockmesh.transport.refused;node=node0;reason=plaintext", "lockmesh.limit.hits;node=node0;limit=idle"} {
 		if !seen[want] {
 			t.Errorf("metric %s not reported; got %v", want, seen)
 		}

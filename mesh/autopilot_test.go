@@ -33,9 +33,9 @@ func TestAutopilotReplacesDeadVoter(t *testing.T) {
 	start := time.Now()
 	got := waitConfig(t, c.nodes[1], "node0", "node1", "node3")
 	t.Logf("replaced in %v (gossip's failure detection included); version %d", time.Since(start).Round(time.Millisecond), got.Version)
-	waitFor(t, 10*time.Second, "node3 to vote", func() bool { return c.nodes[3].Status().Voting == "live" })
-	if st := c.nodes[4].Status(); st.Voting != "" {
-		t.Fatalf("node4 asked never to vote, but votes (%q)", st.Voting)
+	waitFor(t, 10*time.Second, "node3 to vote", func() bool { return c.nodes[3].Status().VotingState == Live })
+	if st := c.nodes[4].Status(); st.VotingState != NotVoter {
+		t.Fatalf("node4 asked never to vote, but votes (%v)", st.VotingState)
 	}
 	// The lease taken before survived the changes.
 	select {

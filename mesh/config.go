@@ -95,18 +95,18 @@ type Config struct {
 	NoVote bool
 
 	// MaxKeyLength bounds a lock key in bytes, here and in every message
-	// received (a longer one is refused, counted in limit.key_length).
-	// Zero means 512.
+	// received (a longer one is refused, counted in
+	// limit_hits{limit="key_length"}). Zero means 512.
 	MaxKeyLength int
 	// MaxOpsPerMessage bounds the operations (keys) one ballot message may
-	// carry: larger batches are split when sent, and a message carrying
-	// more is refused (limit.ops). Use the same value on every node. Zero
-	// means 16384.
+	// carry: larger batches are split when sent, and a message carrying more
+	// is refused (limit_hits{limit="ops"}). Use the same value on every node.
+	// Zero means 16384.
 	MaxOpsPerMessage int
 	// MaxValueSize bounds a lease's value (WithValue, Lease.SetValue,
-	// Campaign), in bytes, here and in every message received (a longer
-	// one is refused, counted in limit.value). Every renewal carries the
-	// value to every voter, so keep it small: an address, an id. Use the
+	// Campaign), in bytes, here and in every message received (a longer one is
+	// refused, counted in limit_hits{limit="value"}). Every renewal carries
+	// the value to every voter, so keep it small: an address, an id. Use the
 	// same value on every node. Range 1 to 65536; zero means 1024.
 	MaxValueSize int
 
@@ -131,49 +131,50 @@ type Config struct {
 	TLSCertFile string
 	TLSKeyFile  string
 	TLSCAFile   string
-	// MaxFrameSize bounds one ballot message on the wire, in bytes; a
-	// peer announcing a longer one is disconnected (limit.frame_size).
-	// Range 1 KiB to 1 GiB. Zero means 4 MiB.
+	// MaxFrameSize bounds one ballot message on the wire, in bytes; a peer
+	// announcing a longer one is disconnected
+	// (limit_hits{limit="frame_size"}). Range 1 KiB to 1 GiB. Zero means
+	// 4 MiB.
 	MaxFrameSize int
 	// MaxInflightPerConn bounds the requests a peer may leave unanswered on
 	// one connection by not reading the replies: past it the connection is
 	// no longer read, and it is closed once its replies make no progress
-	// (limit.inflight). Zero means 256.
+	// (limit_hits{limit="inflight"}). Zero means 256.
 	MaxInflightPerConn int
 	// MaxConnsPerPeer bounds the ballot connections open at once from one
-	// node; more are closed (limit.conns). Zero means 16.
+	// node; more are closed (limit_hits{limit="conns"}). Zero means 16.
 	MaxConnsPerPeer int
 	// MaxInboundConns bounds the ballot connections open at once in all,
-	// handshaking ones included; more are closed (limit.conns). Zero means
-	// 1024.
+	// handshaking ones included; more are closed (limit_hits{limit="conns"}).
+	// Zero means 1024.
 	MaxInboundConns int
 	// MaxBytesInFlight bounds, in bytes, what the ballot transport holds of
 	// frames at once over all its connections (bodies being received or
 	// handled, replies not yet written): a frame that does not fit waits,
-	// unread, and is refused (its connection closed, limit.memory) if its
-	// FrameTimeout runs out first. It bounds the memory a flood of
-	// connections can pin. At least MaxFrameSize, at most 1 TiB. Zero
-	// means 64 MiB (or MaxFrameSize, if larger).
+	// unread, and is refused (its connection closed,
+	// limit_hits{limit="memory"}) if its FrameTimeout runs out first. It
+	// bounds the memory a flood of connections can pin. At least MaxFrameSize,
+	// at most 1 TiB. Zero means 64 MiB (or MaxFrameSize, if larger).
 	MaxBytesInFlight int
-	// FrameTimeout bounds the time from a ballot message's first byte to
-	// its last: a peer trickling bytes is cut off (limit.slow_frame). Keep
-	// it above MaxFrameSize over the slowest link's bandwidth. Zero means
-	// 10s.
+	// FrameTimeout bounds the time from a ballot message's first byte to its
+	// last: a peer trickling bytes is cut off
+	// (limit_hits{limit="slow_frame"}). Keep it above MaxFrameSize over the
+	// slowest link's bandwidth. Zero means 10s.
 	FrameTimeout time.Duration
 	// HandshakeTimeout bounds the TLS handshake and hello of an incoming
-	// ballot connection (limit.handshake). Zero means 5s (1s in
+	// ballot connection (limit_hits{limit="handshake"}). Zero means 5s (1s in
 	// DefaultLocalConfig).
 	HandshakeTimeout time.Duration
-	// IdleTimeout closes an incoming ballot connection that carried
-	// nothing for this long (limit.idle, normal for quiet peers). Use the
-	// same value on every node. Zero means 2 minutes.
+	// IdleTimeout closes an incoming ballot connection that carried nothing
+	// for this long (limit_hits{limit="idle"}, normal for quiet peers). Use
+	// the same value on every node. Zero means 2 minutes.
 	IdleTimeout time.Duration
 
 	// GossipKey encrypts and authenticates gossip (memberlist's primary
-	// keyring key, AES-GCM): 16, 24 or 32 bytes for AES-128, -192 or -256,
-	// the same on every node. A node without it, or with another key,
-	// never joins: its gossip is dropped (gossip.refused.key). Empty means
-	// gossip in the clear. It overrides Memberlist.SecretKey and Keyring.
+	// keyring key, AES-GCM): 16, 24 or 32 bytes for AES-128, -192 or -256, the
+	// same on every node. A node without it, or with another key, never joins:
+	// its gossip is dropped (gossip_refused{reason="key"}). Empty means gossip
+	// in the clear. It overrides Memberlist.SecretKey and Keyring.
 	GossipKey []byte
 	// GossipKeys are more keys that gossip is accepted under (never sent
 	// under), for rotation; see Mesh.InstallGossipKey. Each 16, 24 or 32
@@ -181,17 +182,21 @@ type Config struct {
 	GossipKeys [][]byte
 	// GossipLabel is prefixed to every gossip packet and stream, and
 	// authenticated with GossipKey when there is one; gossip with another
-	// label (or none) is dropped (gossip.refused.label). It keeps meshes
-	// that share a network apart, e.g. "payments-prod". Up to 255 bytes;
-	// empty means none. It overrides Memberlist.Label.
+	// label (or none) is dropped (gossip_refused{reason="label"}). It keeps
+	// meshes that share a network apart, e.g. "payments-prod". Up to 255
+	// bytes; empty means none. It overrides Memberlist.Label.
 	GossipLabel string
 
-	// Logger receives the mesh's logs, memberlist's included. Nil means
-	// silent.
+	// Logger receives the mesh's logs, memberlist's included; for a
+	// *slog.Logger, use SlogLogger(l). WARN and ERROR are for what an
+	// operator must act on; a restart, a join or a leave logs at INFO or
+	// DEBUG. Nil means silent.
 	Logger hclog.Logger
-	// MetricSink receives the mesh's metrics (acquire and renew latency,
-	// leases held and lost, quorum failures, messages and bytes), labelled
-	// with the node name. Nil means none. (memberlist reports to go-metrics'
+	// MetricSink receives the mesh's metrics (acquire and renew durations,
+	// leases held and lost, quorum failures, messages and bytes), each
+	// under its family's name, labelled with the node name and the
+	// family's label (docs/metrics.md). Nil means none; Mesh.Collector
+	// serves Prometheus either way. (memberlist reports to go-metrics'
 	// global instance; point it at the same sink with metrics.NewGlobal to
 	// see both.)
 	MetricSink metrics.MetricSink
@@ -250,6 +255,11 @@ type Config struct {
 	// show that with a data directory tokens do not depend on it, and that
 	// a restart is recognised whichever way the clock moved.
 	WallClock func() time.Time
+	// Clock, when set, is a clock the test moves ahead at once: the
+	// node's leases, rounds and timers read the process's monotonic clock
+	// plus how far Clock moved since New (see Clock). Nodes may share one.
+	// Nil means the process's clock alone, which production wants.
+	Clock *Clock
 
 	local bool // DefaultLocalConfig: smaller defaults
 	// maxVersion, when set (tests only), makes the node speak protocol

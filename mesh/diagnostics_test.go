@@ -191,6 +191,8 @@ func TestGossipLogLevels(t *testing.T) {
 		{"[ERR] memberlist: failed to receive: EOF from=10.0.0.2:43210", "[WARN]"},
 		{"[ERR] memberlist: Failed to read remote state: EOF from=10.0.0.2:43210", "[WARN]"},
 		{"[WARN] memberlist: Refuting a suspect message (from: node1)", "[INFO]"},
+		{"[WARN] memberlist: Refuting a dead message (from: node2)", "[INFO]"},
+		{"[WARN] memberlist: Refuting an alive message for 'node2' (127.0.0.1:7946) meta:([1] VS [2]), vsn:([1 5 2 0 0 0] VS [1 5 2 0 0 0])", "[INFO]"},
 		{"[INFO] memberlist: Suspect node1 has failed, no acks received", "[INFO]"},
 		{"[INFO] memberlist: Marking node1 as failed, suspect timeout reached (0 peer confirmations)", "[INFO]"},
 		// Real errors stay errors.

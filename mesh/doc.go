@@ -91,6 +91,13 @@
 //	leaders, err := m.Observe(ctx, "scheduler")             // on any node
 //	for l := range leaders { log.Print(l.Node, l.Value) }
 //
+// # Testing
+//
+// Package meshtest runs a mesh of several nodes inside a test and breaks it
+// on demand (a lease lost now, a node cut off, crashed or restarted), so
+// that an application's failover code can be tested against the real
+// protocol. Config.Clock is the clock it moves to do so.
+//
 // # Errors
 //
 // Callers can tell apart: ErrLocked (a *LockedError names the holder;
@@ -105,10 +112,13 @@
 //
 // # Observability
 //
-// Config.Logger (an hclog.Logger) receives the mesh's logs and memberlist's;
-// Config.MetricSink receives go-metrics figures labelled with the node name:
-// acquire latency, leases granted, renewed, held and lost, quorum failures,
-// messages and bytes, refused connections and malformed messages. Status
-// returns a snapshot of members, voters, this node's voting state,
-// readiness and leases.
+// Config.Logger (an hclog.Logger, or a *slog.Logger through SlogLogger)
+// receives the mesh's logs and memberlist's, WARN and ERROR only for what
+// an operator must act on. Mesh.Collector exports the node's metrics to
+// Prometheus, and Config.MetricSink receives them through go-metrics:
+// acquire and renew durations, leases granted, renewed, held and lost,
+// quorum failures, messages and bytes, refusals and limit hits by reason
+// (docs/metrics.md lists them). Status returns a snapshot of members,
+// voters and how this node's probes find each, its voting state,
+// readiness and what it waits for, and leases.
 package mesh

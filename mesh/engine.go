@@ -350,11 +350,9 @@ func (h handler) HandleRequest(from string, body []byte) ([]byte, error) {
 
 	if !m.book.known(from) {
 		m.incr("rpc.unknown_peer", 1)
-		if m.noisy.allow(from) {
-			// Common for a moment while a new node's join spreads through
-			// gossip; persistent for a stranger.
-			m.log.Warn("refusing ballot messages from a node gossip does not know", "peer", from)
-		}
+		// Common for a moment while a new or restarted node's join
+		// spreads through gossip; lasting for a stranger.
+		m.logRefusal("unknown peer "+from, "refusing ballot messages from a node gossip does not know", "peer", from)
 		return nil, errUnknownPeer
 	}
 	m.incr("messages.received", 1)

@@ -508,10 +508,9 @@ func (m *Mesh) checkSender(req *quorum.Request) error {
 		b := &req.Ops[i].Ballot
 		if b.Node == req.From && b.Incarnation != 0 && b.Incarnation != want {
 			m.incr("rpc.wrong_incarnation", 1)
-			if m.noisy.allow("wrong incarnation " + string(req.From)) {
-				m.log.Warn("refusing ballots from another process than the one this node knows by that name (a restart not yet seen, or a second process with its name)",
-					"peer", req.From, "incarnation", b.Incarnation, "known", want)
-			}
+			m.logRefusal("wrong incarnation "+string(req.From),
+				"refusing ballots from another process than the one this node knows by that name (a restart not yet seen, or a second process with its name)",
+				"peer", req.From, "incarnation", b.Incarnation, "known", want)
 			return fmt.Errorf("%w: %s's ballots are of incarnation %d; %s knows it as incarnation %d",
 				errWrongIncarnation, req.From, b.Incarnation, m.name, want)
 		}

@@ -535,6 +535,7 @@ func (m *Mesh) cancelled(key string, out outcome, start time.Time, ctxErr error)
 		// Granted as ctx ended: nobody will use it.
 		e.GaveBack, e.Unknown = true, false
 		go out.lease.Release(context.Background())
+		m.measure("acquire.cancelled", start)
 		return e
 	}
 	switch out.res.Outcome {
@@ -546,9 +547,13 @@ func (m *Mesh) cancelled(key string, out outcome, start time.Time, ctxErr error)
 	switch out.res.Why {
 	case quorum.NoQuorum:
 		m.incr("quorum.failures", 1)
+		m.measure("acquire.no_quorum", start)
 		e.Waiting = fmt.Errorf("acquiring %q: %w", key, ErrNoQuorum)
 	case quorum.Locked:
+		m.measure("acquire.locked", start)
 		e.Waiting = &LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch}
+	default:
+		m.measure("acquire.cancelled", start)
 	}
 	return e
 }
@@ -559,14 +564,17 @@ func (m *Mesh) acquired(key string, out outcome, start time.Time) (*Lease, error
 	}
 	switch out.res.Outcome {
 	case quorum.Granted:
-		m.measure("acquire", start)
+		m.measure("acquire.granted", start)
 		return out.lease, nil
 	case quorum.Locked:
+		m.measure("acquire.locked", start)
 		return nil, &LockedError{Key: key, Holder: string(out.res.Holder), Token: out.res.Epoch, Value: bytesOf(out.res.Data)}
 	case quorum.NoQuorum:
 		m.incr("quorum.failures", 1)
+		m.measure("acquire.no_quorum", start)
 		return nil, fmt.Errorf("acquiring %q: %w", key, ErrNoQuorum)
 	case quorum.Cancelled:
+		m.measure("acquire.cancelled", start)
 		if m.leaving.Load() {
 			return nil, fmt.Errorf("acquiring %q: the node is leaving: %w", key, ErrClosed)
 		}

@@ -12,7 +12,7 @@ import (
 
 // skip moves c ahead by d at once: what every goroutine of the process sees
 // after a pause of d.
-func (c *clock) skip(d time.Duration) { c.skipped.Add(int64(d)) }
+func (c *nodeClock) skip(d time.Duration) { c.lead.ahead.Add(int64(d)) }
 
 // resumedPast puts l, held by m, in the moment after a pause past its
 // deadline, before m's goroutines have run: it holds m's node (no timer,

@@ -158,7 +158,6 @@ func refusal(err error) (metric, why string) {
 func (m *Mesh) transportRefused(peer string, err error) {
 	if errors.Is(err, errSettings) {
 		// judge counted and logged it (rpc.refused_settings).
-		m.incr("transport.refused", 1)
 		m.log.Debug("ballot connection closed", "peer", peer, "error", err)
 		return
 	}
@@ -173,11 +172,14 @@ func (m *Mesh) transportRefused(peer string, err error) {
 		return
 	case "transport.refused.rejected":
 		// The handler logged why.
-		m.incr("transport.refused", 1)
 		m.log.Debug("ballot connection closed", "peer", peer, "why", why, "error", err)
 		return
+	case "transport.refused.io":
+		// A peer that stops or restarts resets its connections: routine
+		// for a moment, worth a look if it goes on.
+		m.logRefusal(metric+" "+hostOf(peer), "ballot connection failed", "peer", peer, "why", why, "error", err)
+		return
 	}
-	m.incr("transport.refused", 1)
 	if m.noisy.allow(metric + " " + hostOf(peer)) {
 		m.log.Warn("ballot connection refused", "peer", peer, "why", why, "metric", metric, "error", err)
 	}
@@ -192,10 +194,9 @@ func (m *Mesh) callFailed(addr string, err error) {
 	var remote *transport.RemoteError
 	if errors.As(err, &remote) && strings.Contains(remote.Message, errWrongIncarnation.Error()) {
 		m.incr("rpc.refused_incarnation", 1)
-		if m.noisy.allow("refused incarnation " + hostOf(addr)) {
-			m.log.Warn("a peer refuses this process's ballots: it knows this node's name as another process (this node restarted moments ago, or another process uses its name)",
-				"peer", addr, "error", err)
-		}
+		m.logRefusal("refused incarnation "+hostOf(addr),
+			"a peer refuses this process's ballots: it knows this node's name as another process (this node restarted moments ago, or another process uses its name)",
+			"peer", addr, "error", err)
 		return
 	}
 	if errors.Is(err, errSettings) || (!errors.Is(err, errPeerCertificate) && !errors.As(err, &unknown) && !errors.As(err, &invalid) && !errors.Is(err, transport.ErrIdentity)) {

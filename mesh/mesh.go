@@ -23,19 +23,23 @@ import (
 
 // Mesh is one node of a lock mesh. It is safe for concurrent use.
 type Mesh struct {
-	cfg   Config
-	name  quorum.NodeID
-	inc   uint64
-	log   hclog.Logger
-	met   *metrics.Metrics // nil: no Config.MetricSink
-	lbl   []metrics.Label
-	stats meters // the node's own figures (metrics.go)
-	clock *clock
-	lim   limits
-	qo    quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
+	cfg  Config
+	name quorum.NodeID
+	inc  uint64
+	log  hclog.Logger
+	met  *metrics.Metrics // nil: no Config.MetricSink
+	lbl  []metrics.Label
+	// sinkLbl are the labels a go-metrics sink gets with each figure of
+	// metricList: lbl, and its family's label (setupMetrics).
+	sinkLbl [][]metrics.Label
+	stats   meters // the node's own figures (metrics.go)
+	clock   *nodeClock
+	lim     limits
+	qo      quorum.AcquireOptions // for the configured TTL (timing takes exact arithmetic)
 
 	ml     *memberlist.Memberlist
-	addr   string // gossip address
+	addr   string        // gossip address
+	gossip time.Duration // memberlist's GossipInterval
 	tr     transport.Transport
 	metaMu sync.Mutex
 	meta   nodeMeta // what this node tells the others
@@ -43,9 +47,16 @@ type Mesh struct {
 	// UpdateNode is not safe to call concurrently (each reads the local
 	// node's state outside the lock another's aliveNode writes it under;
 	// the race detector caught it in TestRestartWithOldConfiguration).
+	// Leave sets left under it, and no UpdateNode runs from then on:
+	// memberlist's Leave reads the node's incarnation, then broadcasts
+	// that it left under it, and an UpdateNode in between raises the
+	// incarnation, so that the leave is dropped as stale (and Leave waits
+	// out its whole timeout).
 	publishMu sync.Mutex
+	left      bool // Leave told gossip (publishMu)
 	book      book
 	noisy     limiter  // rate-limits logs about refused peers
+	lasting   lasting  // how long refusals of a peer have lasted (ratelimit.go)
 	refused   refusals // peers refused for their settings (settings.go)
 
 	keyring *memberlist.Keyring // gossip keys; nil when gossip is not encrypted
@@ -126,7 +137,7 @@ func New(cfg *Config) (*Mesh, error) {
 		cfg:      c,
 		name:     quorum.NodeID(c.Name),
 		log:      c.Logger,
-		clock:    newClock(),
+		clock:    newClock(c.Clock),
 		lim:      c.limits(),
 		ready:    make(chan struct{}),
 		waiters:  make(map[quorum.OpID]chan outcome),
@@ -197,9 +208,12 @@ func New(cfg *Config) (*Mesh, error) {
 	go m.readyLoop()
 	if len(c.Seeds) > 0 {
 		if _, err := m.ml.Join(c.Seeds); err != nil {
-			m.log.Warn("no seed answered yet; retrying in the background", "seeds", c.Seeds, "error", err)
+			// Routine while the nodes of a mesh start together; readiness
+			// says if it lasts.
+			m.log.Info("no seed answered yet; retrying in the background", "seeds", c.Seeds, "error", err)
 		}
 	}
+	m.clock.lead.attach(m)
 	close(m.started)
 	m.maybeBootstrap()
 	return m, nil
@@ -281,6 +295,7 @@ func (m *Mesh) startGossip() error {
 	mc.Alive = gossip{m}    // vets alive messages (identity.go)
 	mc.Conflict = gossip{m} // reports one name at two addresses
 	m.book.ids.pushPull = mc.PushPullInterval
+	m.gossip = max(mc.GossipInterval, 10*time.Millisecond)
 	if err := m.secureGossip(mc); err != nil { // key, label, logger
 		return err
 	}
@@ -366,6 +381,9 @@ func (m *Mesh) quarantine() time.Duration {
 func (m *Mesh) publishMeta() {
 	m.publishMu.Lock()
 	defer m.publishMu.Unlock()
+	if m.left {
+		return
+	}
 	if err := m.ml.UpdateNode(5 * time.Second); err != nil {
 		m.log.Debug("publishing gossip metadata", "error", err)
 	}
@@ -507,15 +525,7 @@ func (m *Mesh) Leave(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
-	// memberlist waits for its leave message to be gossiped; with nobody
-	// left to hear it, it would wait out the whole timeout.
-	timeout := 3 * time.Second
-	if d, ok := ctx.Deadline(); ok {
-		timeout = min(timeout, time.Until(d))
-	}
-	if err := m.ml.Leave(max(timeout, 0)); err != nil {
-		m.log.Warn("leaving gossip", "error", err)
-	}
+	m.leaveGossip(ctx)
 	m.Shutdown()
 	for _, err := range errs {
 		if err != nil {
@@ -525,12 +535,53 @@ func (m *Mesh) Leave(ctx context.Context) error {
 	return nil
 }
 
+// leaveGossip tells the other nodes that this one leaves. memberlist waits
+// until its leave message has been gossiped, and returns at once when no
+// other node is alive; but when the last other nodes leave at the same
+// moment, it may count one as alive as it begins, then find nobody to
+// gossip to and wait out its whole timeout. So it is waited for only while
+// another node is alive. memberlist v0.7 may also lose the message from
+// its queue (an id reused after the queue emptied: hashicorp/memberlist
+// pull request 263), and then waits out the timeout too. Either way the
+// others see this node leave, or fail: nothing an operator need act on.
+func (m *Mesh) leaveGossip(ctx context.Context) {
+	timeout := 3 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	m.publishMu.Lock()
+	m.left = true
+	m.publishMu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- m.ml.Leave(max(timeout, 0)) }() // returns by its timeout
+	tick := time.NewTicker(m.gossip)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				m.log.Info("left gossip without word that another node heard it: they will see this node fail rather than leave", "error", err)
+			}
+			return
+		case <-tick.C:
+			// This node counts itself until its Leave has marked it left,
+			// so none counted means that Leave has begun: Shutdown may
+			// follow (memberlist panics on a Leave begun after it).
+			if m.ml.NumMembers() == 0 {
+				m.log.Debug("left gossip; no other node is alive to hear it")
+				return
+			}
+		}
+	}
+}
+
 // Shutdown stops the node at once, without releasing its leases (other
 // nodes take them over when they expire, as after a crash). Operations in
 // progress fail with ErrClosed; every lease reports ErrClosed. Idempotent.
 func (m *Mesh) Shutdown() error {
 	m.closeOnce.Do(func() {
 		close(m.closed)
+		m.clock.lead.detach(m)
 		m.ml.Shutdown()
 		m.tr.Close()
 		m.wg.Wait()

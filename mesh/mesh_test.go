@@ -145,7 +145,7 @@ func (c *cluster) waitVoting() {
 	c.t.Helper()
 	waitFor(c.t, 30*time.Second, "every voter to vote", func() bool {
 		for _, m := range c.live() {
-			if st := m.Status(); st.Voting != "" && st.Voting != "live" {
+			if st := m.Status(); st.VotingState != NotVoter && st.VotingState != Live {
 				return false
 			}
 		}

@@ -3,6 +3,7 @@ package mesh
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,10 +12,11 @@ import (
 )
 
 // The mesh's metrics. Every node keeps its own figures, cumulative since
-// New: counters, gauges and latency histograms, in atomics, whether or not
+// New: counters, gauges and duration histograms, in atomics, whether or not
 // anything reads them. Mesh.Collector exports them to Prometheus
 // (prometheus.go); Config.MetricSink, when set, receives each event as
-// well, through go-metrics. METRICS.md lists them and says why both.
+// well, through go-metrics, named by its family with the family's label
+// (sinkKey). docs/metrics.md lists them and says why both.
 
 // metricKind is how a figure adds up.
 type metricKind uint8
@@ -22,83 +24,158 @@ type metricKind uint8
 const (
 	counterKind   metricKind = iota // a count since New (incr)
 	gaugeKind                       // the last value set (gauge)
-	histogramKind                   // a latency distribution (measure)
+	histogramKind                   // a distribution of durations (measure)
 )
 
-// metricInfo describes one figure: its go-metrics name ("quorum.failures"),
-// kind and meaning. The Prometheus name derives from them (promName).
-type metricInfo struct {
-	name string
-	kind metricKind
-	help string
+// metricFamily is one family of figures: a single series, or one series
+// per value of its label (a reason, a limit, an outcome), so that a sum
+// over the family counts each event once.
+type metricFamily struct {
+	name   string // go-metrics name: "transport.refused"; Prometheus derives its own (promName)
+	kind   metricKind
+	help   string
+	label  string       // the label that tells its series apart; "" for one series
+	values []labelValue // with a label: every value, each a figure of its own
 }
 
-// metricList is every figure the mesh reports, in the order they are
-// documented. A name used in the code but missing here is still counted
-// (as lockmesh_unlisted*), and TestMetricListComplete fails.
-var metricList = []metricInfo{
-	{"acquire", histogramKind, "Time from the start of an Acquire to its grant, waiting for a held key included."},
-	{"renew", histogramKind, "Time from the start of a lease renewal to its success. (On a go-metrics sink, renewals that started together and succeeded together are one sample.)"},
-	{"leases.granted", counterKind, "Leases granted to this node."},
-	{"leases.renewed", counterKind, "Lease renewals that succeeded on this node."},
-	{"leases.lost", counterKind, "Leases this node lost before releasing them (renewal failed in time, or the deadline passed first, as after a pause)."},
-	{"leases.held", gaugeKind, "Leases this node holds."},
-	{"quorum.failures", counterKind, "Acquire, Release and Holder calls on this node that ended in ErrNoQuorum (too few voters answered)."},
-	{"send.queued", counterKind, "Ballot requests queued behind the calls in flight to a voter (they leave together)."},
-	{"send.unknown_peer", counterKind, "Ballot requests not sent because gossip has not shown the voter yet."},
-	{"observe.pushes", counterKind, "Messages this voter sent to nodes observing keys (Watch, Observe), each carrying the changes of keys one node observes."},
-	{"send.value_to_old_voter", counterKind, "Writes of lease values not sent to a voter of an earlier protocol version, which would drop the value."},
-	{"messages.sent", counterKind, "Ballot messages sent."},
-	{"messages.received", counterKind, "Ballot messages received."},
-	{"bytes.sent", counterKind, "Bytes of ballot messages sent."},
-	{"bytes.received", counterKind, "Bytes of ballot messages and replies received."},
-	{"rpc.malformed", counterKind, "Ballot messages or replies refused as malformed."},
-	{"rpc.unknown_peer", counterKind, "Ballot messages refused from a node gossip has not shown."},
-	{"rpc.wrong_config", counterKind, "Ballot messages refused for naming another mesh's configuration."},
-	{"rpc.wrong_incarnation", counterKind, "Ballot messages or answers refused for coming from another process than the one bound to the sender's name."},
-	{"rpc.refused_incarnation", counterKind, "Ballot connections refused for a hello of another incarnation than the one bound to the name."},
-	{"rpc.refused_old_catch_up", counterKind, "Catch-ups refused to a voter of an earlier protocol version while leases carry values it would drop."},
-	{"rpc.refused_settings", counterKind, "Ballot connections refused, dialed or accepted, because the peer's settings would break exclusion: protocol versions that do not overlap, another Timing.Drift, or TTL bounds that do not overlap (SettingsMismatches)."},
-	{"voters.changes", counterKind, "Voter changes this node ran to completion."},
-	{"voters.change_failures", counterKind, "Voter changes this node started that failed (no majority, or the outcome is unknown)."},
-	{"voters.version", gaugeKind, "Version of the voter configuration this node knows."},
-	{"autopilot.changes", counterKind, "Voter changes the autopilot made from this node."},
-	{"autopilot.failures", counterKind, "Voter changes the autopilot tried from this node that failed."},
-	{"gossip.bad_meta", counterKind, "Gossip members ignored for undecodable metadata."},
-	{"gossip.refused.key", counterKind, "Gossip dropped for another gossip key, or none."},
-	{"gossip.refused.label", counterKind, "Gossip dropped for another gossip label, or none."},
-	{"gossip.refused.forged", counterKind, "Gossip alive messages refused for moving a bound name to another address."},
-	{"gossip.refused.rebind", counterKind, "Gossip alive messages of a new incarnation refused while the bound process still answers."},
-	{"gossip.name_conflict", counterKind, "Name clashes memberlist reported (two processes with one name)."},
-	{"identity.conflict", counterKind, "Two processes with one name, confirmed by a probe."},
-	{"identity.not_voting", counterKind, "Times this node stopped voting because an earlier process with its name runs."},
-	{"transport.unresponsive", counterKind, "Ballot connections given up because the peer stopped answering."},
-	{"transport.refused", counterKind, "Ballot connections closed for a fault or a limit (not idle or unresponsive ones)."},
-	{"transport.refused.plaintext", counterKind, "Ballot connections refused: the peer does not speak TLS."},
-	{"transport.refused.tls_unknown_ca", counterKind, "Ballot connections refused: certificate not signed by the mesh's CA."},
-	{"transport.refused.tls_expired", counterKind, "Ballot connections refused: certificate expired or not valid yet."},
-	{"transport.refused.tls_bad_cert", counterKind, "Ballot connections refused: any other fault of the peer's certificate."},
-	{"transport.refused.tls_no_cert", counterKind, "Ballot connections refused: the peer presented no certificate."},
-	{"transport.refused.tls_alert", counterKind, "Ballot connections refused by the peer: it does not trust this node's certificate."},
-	{"transport.refused.identity", counterKind, "Ballot connections refused: the hello names a node the certificate does not."},
-	{"transport.refused.handshake", counterKind, "Ballot connections refused: any other TLS or hello failure."},
-	{"transport.refused.malformed", counterKind, "Ballot connections closed for a malformed frame."},
-	{"transport.refused.rejected", counterKind, "Ballot connections closed because the handler refused the peer's messages."},
-	{"transport.refused.write_timeout", counterKind, "Ballot connections closed because the peer stopped reading."},
-	{"transport.refused.io", counterKind, "Ballot connections that failed otherwise."},
-	{"limit.frame_size", counterKind, "Frames longer than MaxFrameSize."},
-	{"limit.slow_frame", counterKind, "Frames not received whole within FrameTimeout."},
-	{"limit.handshake", counterKind, "Connections without TLS handshake and hello within HandshakeTimeout."},
-	{"limit.inflight", counterKind, "Connections that left MaxInflightPerConn replies unread."},
-	{"limit.queue", counterKind, "Connections whose reply queue was full."},
-	{"limit.conns", counterKind, "Connections over MaxConnsPerPeer or MaxInboundConns."},
-	{"limit.idle", counterKind, "Connections closed after IdleTimeout of silence (normal)."},
-	{"limit.ops", counterKind, "Messages with more than MaxOpsPerMessage operations or keys."},
-	{"limit.key_length", counterKind, "Messages with a key longer than MaxKeyLength."},
-	{"limit.value", counterKind, "Messages with a lease value longer than MaxValueSize."},
-	{"limit.depth", counterKind, "Messages nested deeper than any message can be."},
-	{"limit.memory", counterKind, "Frames or replies refused for want of room in MaxBytesInFlight."},
+// labelValue is one series of a family with a label.
+type labelValue struct {
+	value string // the label's value: "plaintext"
+	id    string // the name the code reports it by (incr, measure); "" means family name.value
+	help  string
 }
+
+// metricInfo is one figure, as the code reports it (name) and as it is
+// exported (its family, and its label's value).
+type metricInfo struct {
+	name   string
+	kind   metricKind
+	family int    // in metricFamilies
+	value  string // the family's label value; "" without a label
+	help   string
+}
+
+// metricFamilies is every family of figures the mesh reports, in the order
+// docs/metrics.md lists them. A name the code uses that none lists is still
+// counted (as lockmesh_unlisted*), and TestMetricListComplete fails.
+var metricFamilies = []metricFamily{
+	{name: "acquire", kind: histogramKind, label: "outcome",
+		help: "Time an Acquire or TryAcquire took, from its start to its end, by how it ended.",
+		values: []labelValue{
+			{"granted", "acquire.granted", "The key was granted; waiting for a held key included."},
+			{"locked", "acquire.locked", "Another node held the key to the end: a TryAcquire that found it held, or an Acquire whose ctx ended while it was."},
+			{"no_quorum", "acquire.no_quorum", "Too few voters answered (ErrNoQuorum)."},
+			{"cancelled", "acquire.cancelled", "ctx ended otherwise, or the node began to leave (a grant that came meanwhile was given back)."},
+		}},
+	{name: "renew", kind: histogramKind, help: "Time from the start of a lease renewal to its success (a renewal that fails ends as a lost lease). On a go-metrics sink, renewals that started together and succeeded together are one sample."},
+	{name: "leases.granted", kind: counterKind, help: "Leases granted to this node."},
+	{name: "leases.renewed", kind: counterKind, help: "Lease renewals that succeeded on this node."},
+	{name: "leases.lost", kind: counterKind, help: "Leases this node lost before releasing them (renewal failed in time, or the deadline passed first, as after a pause)."},
+	{name: "leases.held", kind: gaugeKind, help: "Leases this node holds."},
+	{name: "quorum.failures", kind: counterKind, help: "Acquire, Release and Holder calls on this node that ended in ErrNoQuorum (too few voters answered)."},
+
+	{name: "messages.sent", kind: counterKind, help: "Ballot messages sent."},
+	{name: "messages.received", kind: counterKind, help: "Ballot messages received."},
+	{name: "bytes.sent", kind: counterKind, help: "Bytes of ballot messages sent."},
+	{name: "bytes.received", kind: counterKind, help: "Bytes of ballot messages and replies received."},
+	{name: "send.queued", kind: counterKind, help: "Ballot requests queued behind the calls in flight to a voter (they leave together)."},
+	{name: "send.skipped", kind: counterKind, label: "reason", help: "Ballot requests this node did not send, by why.",
+		values: []labelValue{
+			{"unknown_peer", "send.unknown_peer", "Gossip has not shown the voter yet."},
+			{"old_voter", "send.value_to_old_voter", "A write of a lease value to a voter of an earlier protocol version, which would drop the value."},
+		}},
+	{name: "observe.pushes", kind: counterKind, help: "Messages this voter sent to nodes observing keys (Watch, Observe), each carrying the changes of keys one node observes."},
+	{name: "messages.refused", kind: counterKind, label: "reason", help: "Ballot messages and replies this node refused, by why.",
+		values: []labelValue{
+			{"malformed", "rpc.malformed", "Malformed."},
+			{"unknown_peer", "rpc.unknown_peer", "From a node gossip has not shown (routine for a moment as a node joins or restarts)."},
+			{"wrong_config", "rpc.wrong_config", "Naming another mesh's voter configuration."},
+			{"wrong_incarnation", "rpc.wrong_incarnation", "From another process than the one bound to the sender's name."},
+			{"old_catch_up", "rpc.refused_old_catch_up", "A catch-up from a voter of an earlier protocol version while leases carry values it would drop."},
+		}},
+	{name: "messages.refused_by_peer", kind: counterKind, label: "reason", help: "Ballot calls of this node that a peer refused, by why.",
+		values: []labelValue{
+			{"incarnation", "rpc.refused_incarnation", "The peer knows this node's name as another process (this node restarted moments ago, or another process uses its name)."},
+		}},
+
+	{name: "voters.changes", kind: counterKind, help: "Voter changes this node ran to completion."},
+	{name: "voters.change_failures", kind: counterKind, help: "Voter changes this node started that failed (no majority, or the outcome is unknown)."},
+	{name: "voters.version", kind: gaugeKind, help: "Version of the voter configuration this node knows."},
+	{name: "autopilot.changes", kind: counterKind, help: "Voter changes the autopilot made from this node."},
+	{name: "autopilot.failures", kind: counterKind, help: "Voter changes the autopilot tried from this node that failed."},
+
+	{name: "gossip.refused", kind: counterKind, label: "reason", help: "Gossip this node dropped or ignored, by why.",
+		values: []labelValue{
+			{"key", "", "Under another gossip key, or none."},
+			{"label", "", "With another gossip label, or none."},
+			{"forged", "", "An alive message moving a bound name to another address."},
+			{"rebind", "", "An alive message of a new incarnation while the bound process still answers."},
+			{"bad_meta", "gossip.bad_meta", "A member whose metadata does not decode."},
+		}},
+	{name: "gossip.name_conflict", kind: counterKind, help: "Name clashes memberlist reported (two processes with one name)."},
+	{name: "identity.conflict", kind: counterKind, help: "Two processes with one name, confirmed by a probe."},
+	{name: "identity.not_voting", kind: counterKind, help: "Times this node stopped voting because an earlier process with its name runs."},
+
+	{name: "transport.unresponsive", kind: counterKind, help: "Ballot connections given up because the peer stopped answering."},
+	{name: "transport.refused", kind: counterKind, label: "reason", help: "Ballot connections refused or closed for a fault, by why (limits: lockmesh_limit_hits_total).",
+		values: []labelValue{
+			{"plaintext", "", "The peer does not speak TLS."},
+			{"tls_unknown_ca", "", "Its certificate is not signed by the mesh's CA."},
+			{"tls_expired", "", "Its certificate has expired or is not valid yet."},
+			{"tls_bad_cert", "", "Any other fault of its certificate."},
+			{"tls_no_cert", "", "It presented no certificate."},
+			{"tls_alert", "", "It refused this node's certificate."},
+			{"identity", "", "Its hello names a node its certificate does not."},
+			{"handshake", "", "Any other TLS or hello failure."},
+			{"malformed", "", "A malformed frame."},
+			{"rejected", "", "The handler refused the peer's messages (see lockmesh_messages_refused_total)."},
+			{"write_timeout", "", "The peer stopped reading."},
+			{"io", "", "The connection failed otherwise (a peer that stops resets its connections)."},
+			{"settings", "rpc.refused_settings", "Dialed or accepted, the peer's settings would break exclusion: protocol versions that do not overlap, another Timing.Drift, or TTL bounds that do not overlap (SettingsMismatches)."},
+		}},
+	{name: "limit.hits", kind: counterKind, label: "limit", help: "Connections, frames and messages that hit one of the ballot transport's limits, by limit.",
+		values: []labelValue{
+			{"frame_size", "limit.frame_size", "A frame longer than MaxFrameSize."},
+			{"slow_frame", "limit.slow_frame", "A frame not received whole within FrameTimeout."},
+			{"handshake", "limit.handshake", "No TLS handshake and hello within HandshakeTimeout."},
+			{"inflight", "limit.inflight", "A connection that left MaxInflightPerConn replies unread."},
+			{"queue", "limit.queue", "A connection whose reply queue was full."},
+			{"conns", "limit.conns", "A connection over MaxConnsPerPeer or MaxInboundConns."},
+			{"idle", "limit.idle", "A connection closed after IdleTimeout of silence (normal)."},
+			{"ops", "limit.ops", "A message with more than MaxOpsPerMessage operations or keys."},
+			{"key_length", "limit.key_length", "A message with a key longer than MaxKeyLength."},
+			{"value", "limit.value", "A message with a lease value longer than MaxValueSize."},
+			{"depth", "limit.depth", "A message nested deeper than any message can be."},
+			{"memory", "limit.memory", "A frame or reply refused for want of room in MaxBytesInFlight."},
+		}},
+}
+
+// metricList is every figure of metricFamilies, by the name the code
+// reports it by; metricIndex finds one by that name.
+var metricList, metricIndex = func() ([]metricInfo, map[string]int) {
+	var list []metricInfo
+	for f, fam := range metricFamilies {
+		if fam.label == "" {
+			list = append(list, metricInfo{name: fam.name, kind: fam.kind, family: f, help: fam.help})
+			continue
+		}
+		for _, v := range fam.values {
+			id := v.id
+			if id == "" {
+				id = fam.name + "." + v.value
+			}
+			list = append(list, metricInfo{name: id, kind: fam.kind, family: f, value: v.value, help: v.help})
+		}
+	}
+	index := make(map[string]int, len(list))
+	for i, mi := range list {
+		if _, dup := index[mi.name]; dup {
+			panic("mesh: metric listed twice: " + mi.name)
+		}
+		index[mi.name] = i
+	}
+	return list, index
+}()
 
 // metricSlot maps, per kind, a name of metricList to its place among the
 // figures of that kind in a node's meters. Built once; only read after.
@@ -108,9 +185,6 @@ var metricSlot = func() [3]map[string]int {
 		slots[k] = make(map[string]int)
 	}
 	for _, mi := range metricList {
-		if _, dup := slots[mi.kind][mi.name]; dup {
-			panic("mesh: metric listed twice: " + mi.name)
-		}
 		slots[mi.kind][mi.name] = len(slots[mi.kind])
 	}
 	return slots
@@ -237,7 +311,27 @@ func (m *Mesh) setupMetrics() error {
 		return fmt.Errorf("mesh: metrics: %w", err)
 	}
 	m.met = met
+	m.sinkLbl = make([][]metrics.Label, len(metricList))
+	for i, mi := range metricList {
+		m.sinkLbl[i] = m.lbl
+		if fam := metricFamilies[mi.family]; fam.label != "" {
+			m.sinkLbl[i] = append(slices.Clip(m.lbl), metrics.Label{Name: fam.label, Value: mi.value})
+		}
+	}
 	return nil
+}
+
+// sinkKey is what a go-metrics sink is given for the figure name: its
+// family's name, and the node's labels with the family's own. A sink that
+// flattens labels into the name (statsd) sees the name it saw before
+// families had labels, for the families whose figures kept their names
+// (transport.refused.plaintext; not limit.hits.idle, which was limit.idle).
+func (m *Mesh) sinkKey(name string) (string, []metrics.Label) {
+	i, ok := metricIndex[name]
+	if !ok {
+		return name, m.lbl
+	}
+	return metricFamilies[metricList[i].family].name, m.sinkLbl[i]
 }
 
 // incr adds v (a whole number: events or bytes) to the counter name.
@@ -246,7 +340,8 @@ func (m *Mesh) incr(name string, v float32) {
 		m.stats.add(name, uint64(v))
 	}
 	if m.met != nil {
-		m.met.IncrCounterWithLabels([]string{name}, v, m.lbl)
+		key, lbl := m.sinkKey(name)
+		m.met.IncrCounterWithLabels([]string{key}, v, lbl)
 	}
 }
 
@@ -262,14 +357,16 @@ func (m *Mesh) measureN(name string, start time.Time, n uint64) {
 	d := time.Since(start)
 	m.stats.observe(name, d, n)
 	if m.met != nil {
-		m.met.AddSampleWithLabels([]string{name, "latency"}, float32(d)/float32(m.met.TimerGranularity), m.lbl)
+		key, lbl := m.sinkKey(name)
+		m.met.AddSampleWithLabels([]string{key, "latency"}, float32(d)/float32(m.met.TimerGranularity), lbl)
 	}
 }
 
 func (m *Mesh) gauge(name string, v float32) {
 	m.stats.set(name, float64(v))
 	if m.met != nil {
-		m.met.SetGaugeWithLabels([]string{name}, v, m.lbl)
+		key, lbl := m.sinkKey(name)
+		m.met.SetGaugeWithLabels([]string{key}, v, lbl)
 	}
 }
 

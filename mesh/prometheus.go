@@ -2,51 +2,60 @@ package mesh
 
 import (
 	"math"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Collector returns a Prometheus collector of this node's metrics, labelled
-// node="<Config.Name>". Register it on the registry you serve, once:
+// node="<Config.Name>". Register it on the registry you serve, once, with
+// Go's and the process's collectors if that registry has none yet (the
+// lockmesh agent's /metrics has all three):
 //
 //	reg := prometheus.NewRegistry()
-//	reg.MustRegister(m.Collector())
+//	reg.MustRegister(m.Collector(), collectors.NewGoCollector(),
+//		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// Counters are cumulative since New and every one is exported from the
+// Counters are cumulative since New and every series is exported from the
 // start, at zero until its first event, so a rare event is never lost
-// between scrapes. Latencies are histograms in seconds. Voting state and
-// quorum health are read from Status at each scrape. METRICS.md lists the
-// families. Collector works whether or not Config.MetricSink is set.
+// between scrapes. A family whose events have several causes (refusals,
+// limits, an acquire's outcome) is one family with a label, so that a sum
+// over it counts each event once. Durations are histograms in seconds.
+// Voting state, quorum health and build information are read at each
+// scrape. docs/metrics.md lists the families. Collector works whether or
+// not Config.MetricSink is set.
 func (m *Mesh) Collector() prometheus.Collector {
 	c := &collector{m: m}
 	node := prometheus.Labels{"node": m.cfg.Name}
-	for _, mi := range metricList {
-		d := prometheus.NewDesc(promName(mi.name, mi.kind), mi.help, nil, node)
-		switch mi.kind {
-		case counterKind:
-			c.counters = append(c.counters, d)
-		case gaugeKind:
-			c.gauges = append(c.gauges, d)
-			c.gaugeNames = append(c.gaugeNames, mi.name)
-		case histogramKind:
-			c.hists = append(c.hists, d)
+	for _, fam := range metricFamilies {
+		var labels []string
+		if fam.label != "" {
+			labels = []string{fam.label}
 		}
+		c.families = append(c.families, prometheus.NewDesc(promName(fam.name, fam.kind), fam.help, labels, node))
+	}
+	for _, mi := range metricList {
+		c.slots = append(c.slots, metricSlot[mi.kind][mi.name])
 	}
 	c.unlisted = [3]*prometheus.Desc{
 		counterKind: prometheus.NewDesc("lockmesh_unlisted_total",
 			"Counters the mesh reported that this version's list lacks (a bug: please report it).", []string{"metric"}, node),
 		gaugeKind: prometheus.NewDesc("lockmesh_unlisted",
 			"Gauges the mesh reported that this version's list lacks (a bug: please report it).", []string{"metric"}, node),
-		histogramKind: prometheus.NewDesc("lockmesh_unlisted_latency_seconds",
-			"Latencies the mesh reported that this version's list lacks (a bug: please report it).", []string{"metric"}, node),
+		histogramKind: prometheus.NewDesc("lockmesh_unlisted_duration_seconds",
+			"Durations the mesh reported that this version's list lacks (a bug: please report it).", []string{"metric"}, node),
 	}
 	c.voting = prometheus.NewDesc("lockmesh_voting_state",
-		"This node's acceptor state: 1 for the state it is in, 0 for the others. "+
-			"not_voter: not in the voter configuration; quarantined: a restarted voter waiting out MaxTTL; "+
-			"catching_up: learning from the other voters; live: voting.",
+		"This node's voting state (Status.VotingState): 1 for the state it is in, 0 for the others.",
 		[]string{"state"}, node)
+	c.build = prometheus.NewDesc("lockmesh_build_info",
+		"Always 1: the lockmesh module version this node runs, the Go that built it, and the highest ballot protocol version it speaks.",
+		[]string{"version", "goversion", "protocol"}, node)
 	c.voters = prometheus.NewDesc("lockmesh_quorum_voters",
 		"Voters in the configuration this node knows (0 before it formed).", nil, node)
 	c.alive = prometheus.NewDesc("lockmesh_quorum_voters_alive",
@@ -62,40 +71,47 @@ func (m *Mesh) Collector() prometheus.Collector {
 // collector exports a node's meters and a few figures of its Status.
 type collector struct {
 	m                       *Mesh
-	counters, gauges, hists []*prometheus.Desc // in metricList's order, per kind
-	gaugeNames              []string
+	families                []*prometheus.Desc // by metricFamilies' index
+	slots                   []int              // by metricList's index: its place in the meters of its kind
 	unlisted                [3]*prometheus.Desc
-	voting                  *prometheus.Desc
+	voting, build           *prometheus.Desc
 	voters, alive, majority *prometheus.Desc
 	healthy                 *prometheus.Desc
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, ds := range [][]*prometheus.Desc{c.counters, c.gauges, c.hists, c.unlisted[:]} {
+	for _, ds := range [][]*prometheus.Desc{c.families, c.unlisted[:]} {
 		for _, d := range ds {
 			ch <- d
 		}
 	}
-	for _, d := range []*prometheus.Desc{c.voting, c.voters, c.alive, c.majority, c.healthy} {
+	for _, d := range []*prometheus.Desc{c.voting, c.build, c.voters, c.alive, c.majority, c.healthy} {
 		ch <- d
 	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := &c.m.stats
-	for i, d := range c.counters {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(s.counters[i].Load()))
-	}
 	st := c.m.Status()
-	for i, d := range c.gauges {
-		v := math.Float64frombits(s.gauges[i].Load())
-		if read := gaugesFromStatus[c.gaugeNames[i]]; read != nil {
-			v = read(st)
+	for i, mi := range metricList {
+		d := c.families[mi.family]
+		var lv []string
+		if mi.value != "" {
+			lv = []string{mi.value}
 		}
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v)
-	}
-	for i, d := range c.hists {
-		ch <- constHistogram(d, &s.hists[i])
+		slot := c.slots[i]
+		switch mi.kind {
+		case counterKind:
+			ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(s.counters[slot].Load()), lv...)
+		case gaugeKind:
+			v := math.Float64frombits(s.gauges[slot].Load())
+			if read := gaugesFromStatus[mi.name]; read != nil {
+				v = read(st)
+			}
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+		case histogramKind:
+			ch <- constHistogram(d, &s.hists[slot], lv...)
+		}
 	}
 	s.mu.Lock()
 	for k, u := range s.unlisted {
@@ -111,15 +127,70 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	s.mu.Unlock()
 
-	state := votingState(st)
-	for _, v := range votingStates {
-		ch <- prometheus.MustNewConstMetric(c.voting, prometheus.GaugeValue, boolFloat(v == state), v)
+	for _, v := range votingStateLabels() {
+		ch <- prometheus.MustNewConstMetric(c.voting, prometheus.GaugeValue, boolFloat(v.state == st.VotingState), v.label)
 	}
+	ch <- prometheus.MustNewConstMetric(c.build, prometheus.GaugeValue, 1,
+		moduleVersion(), runtime.Version(), strconv.Itoa(c.m.supported().Max))
 	q := quorumHealthOf(st)
 	ch <- prometheus.MustNewConstMetric(c.voters, prometheus.GaugeValue, float64(q.voters))
 	ch <- prometheus.MustNewConstMetric(c.alive, prometheus.GaugeValue, float64(q.alive))
 	ch <- prometheus.MustNewConstMetric(c.majority, prometheus.GaugeValue, float64(q.majority))
 	ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, boolFloat(q.healthy))
+}
+
+// votingStateLabel is a VotingState and its lockmesh_voting_state label:
+// its name with underscores ("catching_up"), as label values were spelt
+// before VotingState had names.
+type votingStateLabel struct {
+	state VotingState
+	label string
+}
+
+// votingStateLabels lists every VotingState, each with its label.
+func votingStateLabels() []votingStateLabel {
+	out := make([]votingStateLabel, len(votingStateNames))
+	for i := range votingStateNames {
+		s := VotingState(i)
+		out[i] = votingStateLabel{s, strings.ReplaceAll(s.String(), "-", "_")}
+	}
+	return out
+}
+
+// modulePath is this module's path, which build information names.
+const modulePath = "github.com/lockmesh/lockmesh"
+
+// moduleVersion is the version of this module in the running binary: the
+// main module's when it is lockmesh (the agent), the dependency's when an
+// application embeds it, "(devel)" when built from a work tree or a
+// replace directive without a version, "unknown" without build information.
+var moduleVersion = sync.OnceValue(func() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	return moduleVersionOf(bi)
+})
+
+func moduleVersionOf(bi *debug.BuildInfo) string {
+	version := func(m *debug.Module) string {
+		if m.Replace != nil {
+			m = m.Replace
+		}
+		if m.Version == "" {
+			return "(devel)"
+		}
+		return m.Version
+	}
+	if bi.Main.Path == modulePath {
+		return version(&bi.Main)
+	}
+	for _, d := range bi.Deps {
+		if d.Path == modulePath {
+			return version(d)
+		}
+	}
+	return "(devel)" // a test of this module, whose main package is its own
 }
 
 // gaugesFromStatus are the gauges that Status knows: the collector reads
@@ -145,9 +216,9 @@ func constHistogram(d *prometheus.Desc, h *histogram, labels ...string) promethe
 	return prometheus.MustNewConstHistogram(d, count, sum, buckets, labels...)
 }
 
-// promName is a figure's Prometheus name: "lockmesh_", its go-metrics name
+// promName is a family's Prometheus name: "lockmesh_", its go-metrics name
 // with dots as underscores, and "_total" for a counter or
-// "_latency_seconds" for a histogram (go-metrics names those
+// "_duration_seconds" for a histogram (go-metrics names those samples
 // "<name>.latency", in milliseconds).
 func promName(name string, kind metricKind) string {
 	n := "lockmesh_" + strings.ReplaceAll(name, ".", "_")
@@ -155,29 +226,9 @@ func promName(name string, kind metricKind) string {
 	case counterKind:
 		return n + "_total"
 	case histogramKind:
-		return n + "_latency_seconds"
+		return n + "_duration_seconds"
 	}
 	return n
-}
-
-// votingStates are the values of lockmesh_voting_state's state label;
-// "unknown" is a state votingState does not know (a bug).
-var votingStates = [...]string{"not_voter", "quarantined", "catching_up", "live", "unknown"}
-
-// votingState maps Status.Voting to a label value of votingStates. It is
-// the one place that knows how Status spells it.
-func votingState(st Status) string {
-	switch st.Voting {
-	case "":
-		return "not_voter"
-	case "quarantined":
-		return "quarantined"
-	case "catching up":
-		return "catching_up"
-	case "live":
-		return "live"
-	}
-	return "unknown"
 }
 
 // quorumHealth is what gossip suggests about the voters' majority.

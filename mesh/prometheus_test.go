@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -12,11 +13,15 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -26,8 +31,10 @@ import (
 )
 
 // A Prometheus server scraping a node sees every family with its type and
-// unit, the figures of what the node did, its voting state and quorum
-// health, and a counter that moved once stays there scrape after scrape.
+// unit, a series per value of its label, the figures of what the node did,
+// its voting state (a series per VotingState), build information and
+// quorum health, and a counter that moved once stays there scrape after
+// scrape.
 func TestPrometheusScrape(t *testing.T) {
 	c := newCluster(t, clusterOpts{voters: 3})
 	c.waitVoting()
@@ -57,30 +64,46 @@ func TestPrometheusScrape(t *testing.T) {
 		}
 	}
 	lock(pairs)
+	held, err := c.nodes[1].Acquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.TryAcquire(ctx, "held"); !errors.Is(err, ErrLocked) {
+		t.Fatalf("a try of a held key: %v", err)
+	}
+	held.Release(ctx)
 	m.incr("gossip.bad_meta", 1) // a rare event, once
 	m.incr("no.such.metric", 2)  // a name missing from metricList
 
 	fams := scrape(t, srv.URL)
-	for _, mi := range metricList {
-		name := promName(mi.name, mi.kind)
+	for _, fam := range metricFamilies {
+		name := promName(fam.name, fam.kind)
 		f := fams[name]
 		if f == nil {
-			t.Errorf("%s (%s) missing", name, mi.name)
+			t.Errorf("%s (%s) missing", name, fam.name)
 			continue
 		}
 		want := map[metricKind]dto.MetricType{
 			counterKind: dto.MetricType_COUNTER, gaugeKind: dto.MetricType_GAUGE, histogramKind: dto.MetricType_HISTOGRAM,
-		}[mi.kind]
+		}[fam.kind]
 		if f.GetType() != want {
 			t.Errorf("%s: type %v, want %v", name, f.GetType(), want)
 		}
-		if (mi.kind == counterKind) != strings.HasSuffix(name, "_total") {
+		if (fam.kind == counterKind) != strings.HasSuffix(name, "_total") {
 			t.Errorf("%s: only counters end in _total", name)
 		}
-		if len(f.GetMetric()) != len(c.nodes) {
-			t.Errorf("%s: %d series, want one per node (%d)", name, len(f.GetMetric()), len(c.nodes))
+		if (fam.kind == histogramKind) != strings.HasSuffix(name, "_duration_seconds") {
+			t.Errorf("%s: only histograms, of durations, end in _duration_seconds", name)
+		}
+		perNode := max(len(fam.values), 1)
+		if len(f.GetMetric()) != perNode*len(c.nodes) {
+			t.Errorf("%s: %d series, want %d per node (%d nodes)", name, len(f.GetMetric()), perNode, len(c.nodes))
+		}
+		for _, v := range fam.values {
+			series(t, fams, name, "node1", fam.label, v.value)
 		}
 	}
+	noReasonInNames(t, fams)
 
 	if v := value(t, fams, "lockmesh_leases_granted_total", "node0"); v < pairs {
 		t.Errorf("leases granted on node0: %v, want at least %d", v, pairs)
@@ -95,10 +118,14 @@ func TestPrometheusScrape(t *testing.T) {
 		t.Errorf("voters version on node0: %v, want %d", v, want)
 	}
 
-	// Latency: a histogram in seconds, with the buckets of latencyBuckets.
-	h := series(t, fams, "lockmesh_acquire_latency_seconds", "node0").GetHistogram()
+	// Duration: a histogram in seconds, with the buckets of latencyBuckets,
+	// by outcome.
+	h := series(t, fams, "lockmesh_acquire_duration_seconds", "node0", "outcome", "granted").GetHistogram()
 	if h.GetSampleCount() < pairs {
 		t.Errorf("acquire latency: %d samples, want at least %d", h.GetSampleCount(), pairs)
+	}
+	if n := series(t, fams, "lockmesh_acquire_duration_seconds", "node0", "outcome", "locked").GetHistogram().GetSampleCount(); n != 1 {
+		t.Errorf("acquires that found the key locked: %d, want 1 (and not among the granted)", n)
 	}
 	if h.GetSampleSum() <= 0 || h.GetSampleSum() > 20 { // seconds, not ms or ns: the test's own deadline bounds it
 		t.Errorf("acquire latency: sum %v s for %d acquires", h.GetSampleSum(), h.GetSampleCount())
@@ -120,14 +147,27 @@ func TestPrometheusScrape(t *testing.T) {
 		t.Errorf("acquire latency: last bucket %d above the count %d", b[len(b)-1].GetCumulativeCount(), h.GetSampleCount())
 	}
 
-	// Voting state: one of the states is 1, the others 0.
+	// Voting state: a series for every state, the one it is in at 1.
 	for _, n := range c.names {
-		for _, s := range votingStates {
+		for _, s := range []string{"not_voter", "quarantined", "catching_up", "live", "silenced", "disk_failed"} {
 			want := boolFloat(s == "live")
 			if v := labelled(t, fams, "lockmesh_voting_state", n, "state", s); v != want {
 				t.Errorf("%s: lockmesh_voting_state{state=%q} = %v, want %v", n, s, v, want)
 			}
 		}
+		if got := len(fams["lockmesh_voting_state"].GetMetric()); got != len(votingStateNames)*len(c.nodes) {
+			t.Errorf("lockmesh_voting_state: %d series, want %d states for each of %d nodes", got, len(votingStateNames), len(c.nodes))
+		}
+	}
+	// Build information: one series per node at 1, naming this Go.
+	b := series(t, fams, "lockmesh_build_info", "node0")
+	labels := map[string]string{}
+	for _, lp := range b.GetLabel() {
+		labels[lp.GetName()] = lp.GetValue()
+	}
+	if b.GetGauge().GetValue() != 1 || labels["goversion"] != runtime.Version() || labels["version"] == "" ||
+		labels["protocol"] != strconv.Itoa(wire.MaxVersion) {
+		t.Errorf("lockmesh_build_info %v = %v", labels, b.GetGauge().GetValue())
 	}
 	// Quorum health, as gossip shows it: all three alive.
 	for name, want := range map[string]float64{
@@ -146,11 +186,11 @@ func TestPrometheusScrape(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		lock(2)
 		fams = scrape(t, srv.URL)
-		if v := value(t, fams, "lockmesh_gossip_bad_meta_total", "node0"); v != 1 {
-			t.Fatalf("scrape %d: lockmesh_gossip_bad_meta_total = %v, want 1", i+2, v)
+		if v := labelled(t, fams, "lockmesh_gossip_refused_total", "node0", "reason", "bad_meta"); v != 1 {
+			t.Fatalf("scrape %d: lockmesh_gossip_refused_total{reason=\"bad_meta\"} = %v, want 1", i+2, v)
 		}
-		if v := value(t, fams, "lockmesh_gossip_bad_meta_total", "node1"); v != 0 {
-			t.Fatalf("scrape %d: node1's lockmesh_gossip_bad_meta_total = %v, want 0", i+2, v)
+		if v := labelled(t, fams, "lockmesh_gossip_refused_total", "node1", "reason", "bad_meta"); v != 0 {
+			t.Fatalf("scrape %d: node1's lockmesh_gossip_refused_total{reason=\"bad_meta\"} = %v, want 0", i+2, v)
 		}
 	}
 }
@@ -227,7 +267,8 @@ func labelled(t *testing.T, fams map[string]*dto.MetricFamily, name, node, label
 }
 
 // Every metric name the package's code reports is in metricList, every name
-// listed is reported somewhere, and METRICS.md documents every family.
+// listed is reported somewhere, and docs/metrics.md documents every family
+// and every value of its label.
 func TestMetricListComplete(t *testing.T) {
 	listed := map[string]bool{}
 	for _, mi := range metricList {
@@ -246,34 +287,52 @@ func TestMetricListComplete(t *testing.T) {
 	}
 
 	for name := range gaugesFromStatus {
-		if !slices.Contains(metricList, metricInfo{name, gaugeKind, metricHelp(name)}) {
+		if i, ok := metricIndex[name]; !ok || metricList[i].kind != gaugeKind {
 			t.Errorf("gaugesFromStatus reads %q, not a listed gauge", name)
 		}
 	}
 
-	doc, err := os.ReadFile("METRICS.md")
+	doc, err := os.ReadFile("../docs/metrics.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	families := []string{"lockmesh_voting_state", "lockmesh_quorum_voters", "lockmesh_quorum_voters_alive",
+	families := []string{"lockmesh_voting_state", "lockmesh_build_info", "lockmesh_quorum_voters", "lockmesh_quorum_voters_alive",
 		"lockmesh_quorum_majority", "lockmesh_quorum_healthy", "lockmesh_unlisted_total"}
-	for _, mi := range metricList {
-		families = append(families, promName(mi.name, mi.kind))
+	for _, fam := range metricFamilies {
+		families = append(families, promName(fam.name, fam.kind))
+		for _, v := range fam.values {
+			if !strings.Contains(string(doc), "`"+v.value+"`") {
+				t.Errorf("docs/metrics.md does not list %s's %s `%s`", promName(fam.name, fam.kind), fam.label, v.value)
+			}
+		}
 	}
 	for _, f := range families {
 		if !strings.Contains(string(doc), "`"+f+"`") {
-			t.Errorf("METRICS.md does not list `%s`", f)
+			t.Errorf("docs/metrics.md does not list `%s`", f)
 		}
 	}
 }
 
-func metricHelp(name string) string {
-	for _, mi := range metricList {
-		if mi.name == name {
-			return mi.help
+// noReasonInNames fails if a family's name ends in one of the values that
+// a reason or limit label carries: that event belongs in the family with
+// the label, where a sum counts it once.
+func noReasonInNames(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	for name := range fams {
+		// What a family counts comes last in its name, before the unit:
+		// lockmesh_transport_refused_plaintext_total was such a name.
+		core := strings.TrimSuffix(strings.TrimSuffix(name, "_total"), "_duration_seconds")
+		for _, fam := range metricFamilies {
+			if fam.label != "reason" && fam.label != "limit" {
+				continue
+			}
+			for _, v := range fam.values {
+				if strings.HasSuffix(core, "_"+v.value) {
+					t.Errorf("%s names the %s %q of %s", name, fam.label, v.value, promName(fam.name, fam.kind))
+				}
+			}
 		}
 	}
-	return ""
 }
 
 // usedMetricNames reads the package's code for the names it reports: the
@@ -323,15 +382,46 @@ func usedMetricNames(t *testing.T) map[string]bool {
 	return used
 }
 
-func TestVotingState(t *testing.T) {
-	for voting, want := range map[string]string{
-		"": "not_voter", "quarantined": "quarantined", "catching up": "catching_up", "live": "live", "asleep": "unknown",
-	} {
-		if got := votingState(Status{Voting: voting}); got != want {
-			t.Errorf("votingState(%q) = %q, want %q", voting, got, want)
+// Every VotingState has a label of its own, spelt as before VotingState
+// had names (underscores).
+func TestVotingStateLabels(t *testing.T) {
+	got := map[string]VotingState{}
+	for _, v := range votingStateLabels() {
+		if o, dup := got[v.label]; dup {
+			t.Errorf("%v and %v share the label %q", o, v.state, v.label)
 		}
-		if !slices.Contains(votingStates[:], want) {
-			t.Errorf("%q is not among votingStates", want)
+		got[v.label] = v.state
+	}
+	for s := NotVoter; s <= DiskFailed; s++ {
+		if l := strings.ReplaceAll(s.String(), "-", "_"); got[l] != s {
+			t.Errorf("%v has no label (%q)", s, l)
+		}
+	}
+	if got["catching_up"] != CatchingUp || got["not_voter"] != NotVoter {
+		t.Errorf("labels %v", got)
+	}
+}
+
+// The module's version comes from the main module when it is lockmesh,
+// from the dependency when an application embeds it, and from a replace
+// directive's target.
+func TestModuleVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		bi   debug.BuildInfo
+		want string
+	}{
+		{"the agent", debug.BuildInfo{Main: debug.Module{Path: modulePath, Version: "v1.4.0"}}, "v1.4.0"},
+		{"the agent from a work tree", debug.BuildInfo{Main: debug.Module{Path: modulePath, Version: "(devel)"}}, "(devel)"},
+		{"embedded", debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
+			Deps: []*debug.Module{{Path: "golang.org/x/sys", Version: "v0.1.0"}, {Path: modulePath, Version: "v1.3.2"}}}, "v1.3.2"},
+		{"replaced by a directory", debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
+			Deps: []*debug.Module{{Path: modulePath, Version: "v1.3.2", Replace: &debug.Module{Path: "../lockmesh"}}}}, "(devel)"},
+		{"replaced by a fork", debug.BuildInfo{Main: debug.Module{Path: "example.com/app"},
+			Deps: []*debug.Module{{Path: modulePath, Version: "v1.3.2", Replace: &debug.Module{Path: "example.com/fork", Version: "v1.3.3"}}}}, "v1.3.3"},
+	} {
+		if got := moduleVersionOf(&tc.bi); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
 }
@@ -421,7 +511,7 @@ func BenchmarkMetricEvent(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				m.measure("acquire", start)
+				m.measure("acquire.granted", start)
 			}
 		})
 	})

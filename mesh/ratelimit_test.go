@@ -2,8 +2,11 @@ package mesh
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // Varying the peer name in every line does not get more lines through than
@@ -42,3 +45,40 @@ func TestLimiterCannotBeBypassedByNames(t *testing.T) {
 		t.Fatal("a key is still refused two minutes later")
 	}
 }
+
+// A refusal is logged at DEBUG while it is of a moment (a restart or a
+// join gossip has not spread), once a minute, and at WARN once it has
+// lasted a minute with no gap of a minute: then it is a stranger or a
+// second process. A gap starts it over.
+func TestRefusalsWarnOnlyOnceTheyLast(t *testing.T) {
+	var lines []string
+	m := &Mesh{log: hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: writerFunc(func(p []byte) (int, error) {
+		lines = append(lines, string(p))
+		return len(p), nil
+	})})}
+	t0 := time.Unix(1e9, 0)
+	for _, step := range []struct {
+		at   time.Duration
+		want string // "" for no line
+	}{
+		{0, "[DEBUG]"},
+		{30 * time.Second, ""}, // once a minute
+		{59 * time.Second, ""},
+		{60 * time.Second, "[WARN]"}, // lasted a minute, seen every 30 s
+		{90 * time.Second, ""},
+		{200 * time.Second, "[DEBUG]"}, // a gap of 110 s: a new moment
+	} {
+		lines = nil
+		m.logRefusalAt(t0.Add(step.at), "unknown peer x", "refusing", "peer", "x")
+		switch {
+		case step.want == "" && len(lines) > 0:
+			t.Errorf("at %v: logged %q, want nothing", step.at, lines)
+		case step.want != "" && (len(lines) != 1 || !strings.Contains(lines[0], step.want)):
+			t.Errorf("at %v: logged %q, want one %s line", step.at, lines, step.want)
+		}
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -270,9 +270,16 @@ type readyState struct {
 	ready      bool
 	ch         chan struct{} // closed while ready
 	heard      map[string]heard
+	failed     map[string]probeFailure // since the last answer
 	probing    map[string]bool
 	mismatches map[string][]Mismatch
 	kick       chan struct{}
+}
+
+// probeFailure is why a voter's last probe failed, and when.
+type probeFailure struct {
+	at  time.Duration // on the mesh clock
+	err string
 }
 
 // heard is a voter's last answer to a probe.
@@ -285,6 +292,7 @@ type heard struct {
 func (r *readyState) init() {
 	r.ch = make(chan struct{})
 	r.heard = make(map[string]heard)
+	r.failed = make(map[string]probeFailure)
 	r.probing = make(map[string]bool)
 	r.mismatches = make(map[string][]Mismatch)
 	r.kick = make(chan struct{}, 1)
@@ -399,10 +407,15 @@ func (m *Mesh) probe(name string) {
 	defer cancel()
 	info, err := m.fetchInfo(ctx, name)
 	if err != nil {
-		return // not heard: its last answer ages out
+		// Not heard: its last answer ages out. Status says so now.
+		m.rs.mu.Lock()
+		m.rs.failed[name] = probeFailure{at: m.clock.Now(), err: err.Error()}
+		m.rs.mu.Unlock()
+		return
 	}
 	m.rs.mu.Lock()
 	m.rs.heard[name] = heard{at: m.clock.Now(), state: info.Voting, cluster: info.Cluster()}
+	delete(m.rs.failed, name)
 	m.rs.mu.Unlock()
 	if cur := m.current.Load(); cur != nil && cur.Cluster() == info.Cluster() {
 		// Of this mesh now (restarted with the right Voters, say).
@@ -547,6 +560,45 @@ func (m *Mesh) liveness(name string, cluster uint64, now time.Duration) string {
 		return "mismatch: " + mm
 	}
 	return ""
+}
+
+// voterHealth is every voter of the configuration (and of the one before
+// it while a change is pending) as the probes find it (Status.VoterHealth).
+func (m *Mesh) voterHealth() []VoterHealth {
+	cur := m.current.Load()
+	if cur == nil {
+		return nil
+	}
+	now := m.clock.Now()
+	own := m.votingState()
+	var out []VoterHealth
+	for _, v := range slices.Concat(cur.Voters, cur.Prev) {
+		name := string(v)
+		if slices.ContainsFunc(out, func(h VoterHealth) bool { return h.Name == name }) {
+			continue
+		}
+		h := VoterHealth{Name: name}
+		if v == m.name {
+			h.Self, h.State, h.Live = true, own.String(), own == Live
+			if !h.Live {
+				h.Why = own.String()
+			}
+			out = append(out, h)
+			continue
+		}
+		h.Why = m.liveness(name, cur.Cluster(), now)
+		h.Live = h.Why == ""
+		m.rs.mu.Lock()
+		if last, ok := m.rs.heard[name]; ok {
+			h.State, h.Answered = last.state, max(now-last.at, time.Nanosecond)
+		}
+		if f, ok := m.rs.failed[name]; ok {
+			h.ProbeError = f.err
+		}
+		m.rs.mu.Unlock()
+		out = append(out, h)
+	}
+	return out
 }
 
 func names(ids []quorum.NodeID) []string {

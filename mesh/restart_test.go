@@ -53,12 +53,12 @@ func TestVoterRestartCatchesUp(t *testing.T) {
 		t.Fatalf("restart: %v", err)
 	}
 	c.nodes[2] = restarted
-	if v := restarted.Status().Voting; v != "quarantined" {
-		t.Fatalf("a restarted voter is %q, want quarantined", v)
+	if v := restarted.Status().VotingState; v != Quarantined {
+		t.Fatalf("a restarted voter is %v, want quarantined", v)
 	}
 	take(c.nodes[0]) // still granting while it is quarantined
 	waitFor(t, 15*time.Second, "the restarted voter to vote again", func() bool {
-		return restarted.Status().Voting == "live"
+		return restarted.Status().VotingState == Live
 	})
 	// Now only the restarted voter and one other can grant.
 	c.net.Partition([]string{"node0", "node3"}, []string{"node1", "node2"})

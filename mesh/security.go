@@ -261,6 +261,11 @@ var gossipLevels = []struct{ prefix, level string }{
 	{"Failed to receive user message", "[WARN]"},
 	// Another node suspected this one, which answered: routine under load.
 	{"Refuting a suspect message", "[INFO]"},
+	// Word of this node's death, or of its earlier process alive, from
+	// that process (which left) or from a peer that has not yet heard of
+	// the restart: routine as a node restarts under its name, and answered.
+	{"Refuting a dead message", "[INFO]"},
+	{"Refuting an alive message", "[INFO]"},
 }
 
 // relevel returns line at the level gossipLevels gives it, if any.

@@ -88,12 +88,23 @@ func (l *testLog) waitLine(t testing.TB, subs ...string) string {
 // count sums a counter the mesh reported to sink, for one node (or all
 // when node is empty).
 func count(sink *metrics.InmemSink, name, node string) float64 {
-	key := "lockmesh." + name + ";"
+	// A sink gets a figure as its family, with the family's label
+	// (sinkKey); a family's name alone sums its figures.
+	family, label := name, ""
+	if i, ok := metricIndex[name]; ok {
+		mi := metricList[i]
+		fam := metricFamilies[mi.family]
+		family = fam.name
+		if fam.label != "" {
+			label = ";" + fam.label + "=" + mi.value
+		}
+	}
+	key := "lockmesh." + family + ";"
 	var total float64
 	for _, iv := range sink.Data() {
 		iv.RLock()
 		for k, c := range iv.Counters {
-			if strings.HasPrefix(k, key) && (node == "" || strings.Contains(k, "node="+node)) {
+			if strings.HasPrefix(k, key) && strings.Contains(k, label) && (node == "" || strings.Contains(k, "node="+node)) {
 				total += c.Sum
 			}
 		}
@@ -655,7 +666,7 @@ func TestReplayedRequestsChangeNothing(t *testing.T) {
 		t.Fatalf("restart: %v", err)
 	}
 	s.nodes[0] = restarted
-	waitFor(t, 20*time.Second, "the restarted voter to vote", func() bool { return restarted.Status().Voting == "live" })
+	waitFor(t, 20*time.Second, "the restarted voter to vote", func() bool { return restarted.Status().VotingState == Live })
 	target = restarted
 	check("after the acceptor restarted", replay(restarted.Status().RPCAddr))
 }

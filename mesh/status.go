@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"time"
+
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
@@ -28,13 +30,13 @@ type Status struct {
 	// the voters that answered its probe within the last few probe
 	// intervals saying that they vote.
 	LiveVoters []string `json:",omitempty"`
-	Waiting    Waiting
-	// Voting is this node's acceptor state as text: "" (not a voter),
-	// "quarantined", "catching up" or "live" (a silenced voter shows its
-	// acceptor's state).
-	//
-	// Deprecated: use VotingState, which also tells a silenced voter.
-	Voting string
+	// VoterHealth is every voter (and, while a change is pending, every
+	// voter before it) as this node's probes find it: live or why not, its
+	// voting state, when it last answered. It is what readiness counts,
+	// and it sees a voter stop answering seconds before gossip (Members)
+	// marks it dead.
+	VoterHealth []VoterHealth `json:",omitempty"`
+	Waiting     Waiting
 	// Leases is how many leases this node holds now.
 	Leases int
 	// Proposer and Acceptor count what the state machines did.
@@ -46,6 +48,33 @@ type Status struct {
 	Security SecurityStatus
 	// DataDir is the data directory's state (nil without Config.DataDir).
 	DataDir *DataDirStatus `json:",omitempty"`
+}
+
+// VoterHealth is one voter as this node's probes of the ballot transport
+// find it (Status.VoterHealth).
+type VoterHealth struct {
+	Name string
+	// Self: this node.
+	Self bool `json:",omitempty"`
+	// Live: known live, one of Status.LiveVoters.
+	Live bool
+	// State is the voting state it said in its last answer (VotingState's
+	// text), this node's own for Self; "" if it never answered, or is of a
+	// release too old to say.
+	State string `json:",omitempty"`
+	// Answered is how long before this snapshot its last answer came: a
+	// voter is probed every four round timeouts (1 s with DefaultConfig),
+	// so a longer time means missed probes. Zero for Self, and for a voter
+	// that never answered.
+	Answered time.Duration `json:",omitempty"`
+	// Why says why it is not known live ("" when it is): "not seen in
+	// gossip", "no answer yet", "no answer for 3.2s", "another mesh", its
+	// voting state, a mismatch.
+	Why string `json:",omitempty"`
+	// ProbeError is why this node's last probe of it failed, if it did
+	// (an answer since clears it): a voter that stops answering shows it
+	// at the next probe, before its last answer is too old to count.
+	ProbeError string `json:",omitempty"`
 }
 
 // Member is one node as gossip sees it.
@@ -77,9 +106,6 @@ func (m *Mesh) Status() Status {
 			Voter:   voters != nil && voters.IsVoter(quorum.NodeID(p.name)),
 		})
 	}
-	if v := m.voting.Load(); v != nil && v.Voter {
-		st.Voting = v.Acceptor.String()
-	}
 	st.VotingState = m.votingState()
 	var rec *quorum.Recovery
 	m.nodeMu.Lock()
@@ -92,6 +118,7 @@ func (m *Mesh) Status() Status {
 	m.nodeMu.Unlock()
 	r := m.readiness(rec)
 	st.Ready, st.Waiting, st.LiveVoters = r.ready && !m.isClosed(), r.waiting, r.live
+	st.VoterHealth = m.voterHealth()
 	m.setReady(st.Ready)
 	st.Security = m.securityStatus()
 	st.DataDir = m.dd.status()

@@ -90,7 +90,7 @@ func TestMixedVersionMesh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "node2 to vote again", func() bool { return up.Status().Voting == "live" })
+	waitFor(t, 30*time.Second, "node2 to vote again", func() bool { return up.Status().VotingState == Live })
 	if h, err := up.Holder(ctx, "v"); err != nil || string(h.Value) != "after" {
 		t.Fatalf("the upgraded node reads %+v, %v", h, err)
 	}

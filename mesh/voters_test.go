@@ -184,8 +184,8 @@ func TestReplaceEveryVoter(t *testing.T) {
 		}
 	}
 	for _, m := range fresh {
-		if st := m.Status(); st.Voting != "live" {
-			t.Errorf("%s votes %q, want live", m.Name(), st.Voting)
+		if st := m.Status(); st.VotingState != Live {
+			t.Errorf("%s is %v, want live", m.Name(), st.VotingState)
 		}
 	}
 	total := 0
@@ -247,9 +247,9 @@ func TestRestartWithOldConfiguration(t *testing.T) {
 			t.Fatalf("%s learned configuration %d, want %d", m.Name(), got.ID, current.ID)
 		}
 	}
-	waitFor(t, 30*time.Second, "node2 to vote again", func() bool { return r2.Status().Voting == "live" })
-	if st := r0.Status(); st.Voting != "" {
-		t.Fatalf("removed node0 votes (%q)", st.Voting)
+	waitFor(t, 30*time.Second, "node2 to vote again", func() bool { return r2.Status().VotingState == Live })
+	if st := r0.Status(); st.VotingState != NotVoter {
+		t.Fatalf("removed node0 votes (%v)", st.VotingState)
 	}
 	// The held lease is still held: no node granted k on the old voters.
 	if _, err := r0.TryAcquire(ctx, "k"); !errors.Is(err, ErrLocked) {

@@ -10,12 +10,13 @@ import (
 
 	"github.com/lockmesh/lockmesh/mesh"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // The agent's HTTP endpoints: the mesh's own handler (/healthz, /livez,
 // /readyz, /status; see mesh.HTTPHandler) and the node's Prometheus
-// metrics at /metrics.
+// metrics at /metrics, with Go's and the process's.
 
 // readiness says whether a node is ready (mesh.Status.Ready), and if not
 // why, for the status command.
@@ -32,9 +33,14 @@ func readiness(st mesh.Status) (bool, string) {
 // serveHTTP serves the node's HTTP endpoints on addr and returns the
 // address it listens on.
 func serveHTTP(addr string, m *mesh.Mesh) (*http.Server, string, error) {
+	// The node's families, and the process's: the agent is its own
+	// process, so Go's runtime and the process's figures are its to serve.
 	reg := prometheus.NewRegistry()
-	if err := reg.Register(m.Collector()); err != nil {
-		return nil, "", err
+	for _, c := range []prometheus.Collector{m.Collector(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, "", err
+		}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

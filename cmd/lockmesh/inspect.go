@@ -121,9 +121,12 @@ NAME#(N-1). With -json a JSON array.`+inspectExit+`; 65 not supported
 
 func statusCommand() *command {
 	c := newCommand("status", "", "show the local agent's view of the mesh", `
-Prints the local agent's node: its addresses, whether it votes and is
-ready, the voter configuration, the members gossip knows, and the leases
-it holds. With -json, the whole mesh.Status.`+inspectExit)
+Prints the local agent's node: whether it is ready and, if not, what it
+waits for; its addresses, whether it votes, the voter configuration and
+the voters known live, the leases it holds; each voter as this node's
+probes find it (live or why not, its voting state, when it last
+answered); and the members as gossip shows them (gossip takes seconds
+longer to mark a stopped node dead). With -json, the whole mesh.Status.`+inspectExit)
 	c.interspersed = true
 	socket := c.socketFlag()
 	asJSON := c.fs.Bool("json", false, "print JSON")
@@ -144,23 +147,95 @@ it holds. With -json, the whole mesh.Status.`+inspectExit)
 	return c
 }
 
+// printStatus writes st for people: the node and what it waits for, the
+// voters as its probes find them (what readiness counts), and the members
+// as gossip shows them, which is slower to see a node fail.
 func printStatus(w io.Writer, st mesh.Status) {
-	_, why := readiness(st)
+	ready := "ready"
+	if !st.Ready {
+		ready = "not ready"
+	}
 	voting := st.VotingState.String()
 	if st.VotingState == mesh.NotVoter {
 		voting = "not a voter"
 	}
-	fmt.Fprintf(w, "node:    %s (%s)\n", st.Name, why)
+	fmt.Fprintf(w, "node:    %s (%s)\n", st.Name, ready)
+	if why := st.Waiting.String(); why != "" {
+		fmt.Fprintf(w, "waiting: %s\n", why)
+	}
 	fmt.Fprintf(w, "gossip:  %s\nballots: %s\n", st.Addr, st.RPCAddr)
 	fmt.Fprintf(w, "voting:  %s\n", voting)
-	fmt.Fprintf(w, "voters:  %s (version %d%s)\n", strings.Join(st.Voters, ", "), st.Config.Version, pendingNote(st.Config))
-	fmt.Fprintf(w, "leases:  %d\n\nmembers:\n", st.Leases)
+	if len(st.Voters) == 0 {
+		fmt.Fprintf(w, "voters:  none known yet\n")
+	} else {
+		fmt.Fprintf(w, "voters:  %s (version %d%s); live: %s\n", strings.Join(st.Voters, ", "), st.Config.Version,
+			pendingNote(st.Config), listOrNone(st.LiveVoters))
+	}
+	fmt.Fprintf(w, "leases:  %d\n", st.Leases)
+	if len(st.VoterHealth) > 0 {
+		fmt.Fprintf(w, "\nvoters, as this node's probes find them:\n")
+		tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "  NAME\tLIVE\tSTATE\tANSWERED\tNOTE\n")
+		for _, v := range st.VoterHealth {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", v.Name, yesNo(v.Live), orDash(v.State), answered(v), voterNote(v))
+		}
+		tw.Flush()
+	}
+	fmt.Fprintf(w, "\nmembers, as gossip shows them:\n")
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintf(tw, "  NAME\tSTATE\tVOTER\tGOSSIP\tBALLOTS\n")
+	fmt.Fprintf(tw, "  NAME\tGOSSIP\tVOTER\tGOSSIP ADDR\tBALLOTS\n")
 	for _, m := range st.Members {
-		fmt.Fprintf(tw, "  %s\t%s\t%v\t%s\t%s\n", m.Name, m.State, m.Voter, m.Addr, m.RPCAddr)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", m.Name, m.State, yesNo(m.Voter), m.Addr, m.RPCAddr)
 	}
 	tw.Flush()
+}
+
+// answered says how long ago a voter last answered this node's probe.
+func answered(v mesh.VoterHealth) string {
+	switch {
+	case v.Self:
+		return "-"
+	case v.Answered == 0:
+		return "never"
+	}
+	return v.Answered.Round(10*time.Millisecond).String() + " ago"
+}
+
+// voterNote is what else a voter's line says: this node, why it is not
+// known live, why the last probe failed.
+func voterNote(v mesh.VoterHealth) string {
+	var notes []string
+	if v.Self {
+		notes = append(notes, "this node")
+	}
+	if v.Why != "" && v.Why != v.State {
+		notes = append(notes, v.Why)
+	}
+	if v.ProbeError != "" {
+		notes = append(notes, "last probe failed: "+v.ProbeError)
+	}
+	return strings.Join(notes, "; ")
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return strings.Join(l, ", ")
 }
 
 func pendingNote(c mesh.Configuration) string {

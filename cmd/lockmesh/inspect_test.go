@@ -17,7 +17,8 @@ import (
 func TestInspect(t *testing.T) {
 	ag := sharedCluster(t)
 	r := lockmesh(t, "status", "-socket", ag[0].socket)
-	for _, want := range []string{"node:    a (ready)", "voting:  live", "voters:  a, b, c", "\n  a ", "\n  b ", "\n  c "} {
+	for _, want := range []string{"node:    a (ready)", "voting:  live", "voters:  a, b, c (version 1); live: a, b, c",
+		"voters, as this node's probes find them:", "members, as gossip shows them:", "\n  a ", "\n  b ", "\n  c "} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("status lacks %q:\n%s", want, r.stdout)
 		}
@@ -26,6 +27,9 @@ func TestInspect(t *testing.T) {
 	var st mesh.Status
 	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil || st.Name != "c" || st.VotingState != mesh.Live || !st.Ready || len(st.Voters) != 3 {
 		t.Errorf("status -json: %v, %+v", err, st)
+	}
+	if strings.Contains(r.stdout, `"Voting"`) || len(st.VoterHealth) != 3 {
+		t.Errorf("status -json: the deprecated Voting, or not every voter's health:\n%s", r.stdout)
 	}
 
 	r = lockmesh(t, "voters", "list", "-socket", ag[1].socket)

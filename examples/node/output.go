@@ -183,8 +183,8 @@ func statusText(s *mesh.Status) string {
 	} else {
 		fmt.Fprintf(&b, "  voters: %s (config %x)\n", strings.Join(s.Voters, ","), s.ConfigID)
 	}
-	voting := s.Voting
-	if voting == "" {
+	voting := s.VotingState.String()
+	if s.VotingState == mesh.NotVoter {
 		voting = "not a voter"
 	}
 	fmt.Fprintf(&b, "  voting: %s; leases held here: %d\n", voting, s.Leases)

@@ -327,12 +327,12 @@ func waitReady(ctx context.Context, m *mesh.Mesh, voters int) error {
 				alive++
 			}
 		}
-		if (st.Voting == "" || st.Voting == "live") && alive == voters {
+		if (st.VotingState == mesh.NotVoter || st.VotingState == mesh.Live) && alive == voters {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("not ready: voting %q, %d of %d voters seen: %w", st.Voting, alive, voters, ctx.Err())
+			return fmt.Errorf("not ready: %v, %d of %d voters seen: %w", st.VotingState, alive, voters, ctx.Err())
 		case <-tick.C:
 		}
 	}

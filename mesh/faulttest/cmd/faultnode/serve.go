@@ -306,7 +306,7 @@ func (s *server) write(key string, stale bool) control.Reply {
 
 func (s *server) status() *control.Status {
 	st := s.m.Status()
-	out := &control.Status{Voting: st.Voting, Members: make(map[string]string), Voters: st.Voters, Leases: st.Leases}
+	out := &control.Status{Voting: legacyVoting(st.VotingState), Members: make(map[string]string), Voters: st.Voters, Leases: st.Leases}
 	for _, mem := range st.Members {
 		out.Members[mem.Name] = mem.State
 	}
@@ -349,4 +349,17 @@ func code(err error) string {
 		return control.ErrInvalid
 	}
 	return control.ErrOther
+}
+
+// legacyVoting spells a voting state as control.Status.Voting does, which
+// nodes of earlier releases (the upgrade scenario) send too: "" for a node
+// that does not vote, "catching up" with a space.
+func legacyVoting(v mesh.VotingState) string {
+	switch v {
+	case mesh.NotVoter:
+		return ""
+	case mesh.CatchingUp:
+		return "catching up"
+	}
+	return v.String()
 }

@@ -115,7 +115,8 @@ type Reply struct {
 
 // Status is a node's view of the mesh.
 type Status struct {
-	// Voting is "" (not a voter), "quarantined", "catching up" or "live".
+	// Voting is "" (not a voter), "quarantined", "catching up", "live",
+	// "silenced" or "disk-failed" (the last two from this release on).
 	Voting string `json:"voting"`
 	// Members maps every node gossip knows to "alive", "dead" or "left".
 	Members map[string]string `json:"members"`
