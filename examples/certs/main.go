@@ -143,7 +143,7 @@ same on every node, and so is the CA file):
 	cfg.GossipKey, _ = base64.StdEncoding.DecodeString(%[5]q) // from %[6]s
 	cfg.GossipLabel = %[7]q
 
-Development only: the CA's key is in %[8]s. See mesh/SECURITY.md for production.
+Development only: the CA's key is in %[8]s. See docs/security.md for production.
 `, o.nodes[0], filepath.Join(o.dir, o.nodes[0]+".pem"), filepath.Join(o.dir, o.nodes[0]+"-key.pem"),
 		filepath.Join(o.dir, "ca.pem"), key, filepath.Join(o.dir, "gossip.key"), o.label, filepath.Join(o.dir, "ca-key.pem"))
 	return nil
