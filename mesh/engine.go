@@ -25,7 +25,7 @@ type outcome struct {
 }
 
 // outcomeChans keeps the one-slot channels through which results reach
-// the callers of Acquire and Release. A channel goes back only once its
+// the callers of runOp. A channel goes back only once its
 // value was received, or when it was never registered: result sends at most
 // once on each, deleting the waiter first, so a reused channel is empty and
 // nothing else will send on it.
@@ -120,12 +120,13 @@ const driveBatches = 4
 
 // driveWaiter is work for the driver, and its caller waiting: done receives
 // false once the work is done, true when the caller is to drive itself.
-// The work is one of: a function to run on the node (fn), a message for the
-// node to step (step), a request from the network whose answer the caller
-// waits for (in), an answer to a ballot request (answer), whose caller does
-// not wait (done is nil).
+// The work is one of: a function to run on the node (fn), an operation to
+// start (op, see runOp), a message for the node to step (step), a request
+// from the network whose answer the caller waits for (in), an answer to a
+// ballot request (answer), whose caller does not wait (done is nil).
 type driveWaiter struct {
 	fn     func(n *quorum.Node)
+	op     *opRun
 	step   *quorum.Message
 	in     *inbound
 	answer *quorum.Response
@@ -150,6 +151,8 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 		switch {
 		case w.fn != nil:
 			w.fn(m.node)
+		case w.op != nil:
+			w.op.startLocked(m, m.node)
 		case w.step != nil:
 			m.node.Step(w.step)
 		case w.in != nil:

@@ -300,18 +300,11 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.released = true
 	l.deadline = min(l.deadline, m.clock.Now())
 	l.mu.Unlock()
-	var deadline time.Duration // zero: the proposer's own bound
-	if d, ok := ctx.Deadline(); ok {
-		deadline = m.clock.since(d)
-	}
-	ch := outcomeChans.Get().(chan outcome)
-	var startErr error
-	m.drive(func(n *quorum.Node) {
+	o, ctxErr, err := m.runOp(ctx, m.opRelease(), func(n *quorum.Node, deadline time.Duration) (quorum.OpID, error) {
 		// Ending the lease under nodeMu keeps a renewal result from
 		// racing with it.
 		if !l.end(ErrReleased) {
-			startErr = l.Err() // lost (or closed) a moment ago
-			return
+			return 0, l.Err() // lost (or closed) a moment ago
 		}
 		if n.LeaseTag(l.key) == any(l) {
 			n.TagLease(l.key, l.token, nil) // no longer one of this node's leases
@@ -320,31 +313,22 @@ func (l *Lease) Release(ctx context.Context) error {
 		id, err := n.Release(l.key, l.token, deadline)
 		if err != nil {
 			// Lost meanwhile: nothing to free.
-			startErr = fmt.Errorf("releasing %q (token %d): %w", l.key, l.token, ErrLeaseLost)
-			return
+			return 0, fmt.Errorf("releasing %q (token %d): %w", l.key, l.token, ErrLeaseLost)
 		}
-		m.waiters[id] = ch
+		return id, nil
 	})
-	if startErr != nil {
-		outcomeChans.Put(ch)
-		return startErr
+	switch {
+	case err != nil:
+		return err
+	case ctxErr != nil:
+		return ctxErr // the node keeps trying until the same deadline
+	case o.err != nil:
+		return o.err
+	case o.res.Outcome == quorum.NoQuorum:
+		m.incr("quorum.failures", 1)
+		return fmt.Errorf("releasing %q: %w", l.key, ErrNoQuorum)
 	}
-	select {
-	case o := <-ch:
-		outcomeChans.Put(ch)
-		switch {
-		case o.err != nil:
-			return o.err
-		case o.res.Outcome == quorum.NoQuorum:
-			m.incr("quorum.failures", 1)
-			return fmt.Errorf("releasing %q: %w", l.key, ErrNoQuorum)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-m.closed:
-		return ErrClosed
-	}
+	return nil
 }
 
 // AcquireOption changes how one Acquire or TryAcquire takes a lock.
@@ -459,69 +443,37 @@ func (m *Mesh) acquire(ctx context.Context, key string, wait bool, opts []Acquir
 	start := time.Now()
 	qo := m.quorumOptions(o)
 	qo.Wait, qo.Data = wait, o.value
-	switch d, ok := ctx.Deadline(); {
-	case !wait:
-		// A try gives up after a few rounds, sooner if ctx says so.
-		qo.Deadline = m.clock.Now() + 3*m.cfg.roundTimeout()
-		if ok {
-			qo.Deadline = min(qo.Deadline, m.clock.since(d))
-		}
-	case ok:
-		qo.Deadline = m.clock.since(d)
-	default:
-		qo.Deadline = m.clock.Now() + 100*365*24*time.Hour
+	kind := m.opAcquire()
+	if !wait {
+		kind = m.opTry()
 	}
-	ch := outcomeChans.Get().(chan outcome)
-	// What the driver sets, in one variable: the closure shares it with
-	// this goroutine, which costs an allocation per variable shared.
-	var st struct {
-		id                quorum.OpID
-		startErr, heldErr error
-	}
-	m.drive(func(n *quorum.Node) {
+	out, ctxErr, err := m.runOp(ctx, kind, func(n *quorum.Node, deadline time.Duration) (quorum.OpID, error) {
 		if l, _ := n.LeaseTag(key).(*Lease); l != nil && !(wait && o.behindOwn) {
 			// An acquire would wait for this node's own lease to end,
 			// which a caller that holds it will never see.
-			st.heldErr = &LockedError{Key: key, Holder: m.cfg.Name, Token: l.token, ThisNode: true}
-			return
+			return 0, &LockedError{Key: key, Holder: m.cfg.Name, Token: l.token, ThisNode: true}
 		}
-		st.id, st.startErr = n.Acquire(key, qo)
-		if st.startErr == nil {
-			m.waiters[st.id] = ch
+		q := qo // qo stays as it was captured: a copy, not a shared variable
+		q.Deadline = deadline
+		id, err := n.Acquire(key, q)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
+		return id, nil
 	})
-	id, startErr, heldErr := st.id, st.startErr, st.heldErr
-	if heldErr != nil {
-		outcomeChans.Put(ch)
-		return nil, heldErr
+	switch {
+	case err != nil:
+		return nil, err
+	case ctxErr != nil:
+		// Cancelled: the outcome says whether a grant raced in, given back.
+		return nil, m.cancelled(key, out, start, ctxErr)
 	}
-	if startErr != nil {
-		outcomeChans.Put(ch)
-		return nil, fmt.Errorf("%w: %w", ErrInvalidOption, startErr)
+	l, err := m.acquired(key, out, start)
+	if err != nil && wait && (out.res.Outcome == quorum.Locked || out.res.Outcome == quorum.NoQuorum) {
+		// A waiting acquire ends this way only at its deadline, ctx's.
+		err = &CancelledError{Key: key, Err: context.DeadlineExceeded, Waiting: err, Unknown: out.res.Unknown}
 	}
-	select {
-	case out := <-ch:
-		outcomeChans.Put(ch)
-		l, err := m.acquired(key, out, start)
-		if err != nil && wait && (out.res.Outcome == quorum.Locked || out.res.Outcome == quorum.NoQuorum) {
-			// A waiting acquire ends this way only at its deadline, ctx's.
-			err = &CancelledError{Key: key, Err: context.DeadlineExceeded, Waiting: err, Unknown: out.res.Unknown}
-		}
-		return l, err
-	case <-ctx.Done():
-	case <-m.closed:
-		return nil, ErrClosed
-	}
-	// Cancelled: the operation may be in the middle of a round. Wait for
-	// its end (a round is bounded), and give back a grant that raced in.
-	m.drive(func(n *quorum.Node) { n.Cancel(id) })
-	select {
-	case out := <-ch:
-		outcomeChans.Put(ch)
-		return nil, m.cancelled(key, out, start, ctx.Err())
-	case <-m.closed:
-		return nil, ErrClosed
-	}
+	return l, err
 }
 
 // cancelled is the error of an acquire whose ctx ended, from the outcome
@@ -610,41 +562,24 @@ func (m *Mesh) readHolder(ctx context.Context, key string) (Holder, error) {
 	if err := m.waitReady(ctx); err != nil {
 		return Holder{}, err
 	}
-	var deadline time.Duration
-	if d, ok := ctx.Deadline(); ok {
-		deadline = m.clock.since(d)
-	}
-	ch := make(chan outcome, 1)
-	var startErr error
-	m.drive(func(n *quorum.Node) {
-		id, err := n.Read(key, deadline)
-		if err != nil {
-			startErr = err
-			return
-		}
-		m.waiters[id] = ch
+	out, ctxErr, err := m.runOp(ctx, m.opRead(), func(n *quorum.Node, deadline time.Duration) (quorum.OpID, error) {
+		return n.Read(key, deadline)
 	})
-	if startErr != nil {
-		return Holder{}, startErr
-	}
-	select {
-	case out := <-ch:
-		if out.err != nil {
-			return Holder{}, out.err
-		}
-		if out.res.Outcome != quorum.ReadDone {
-			m.incr("quorum.failures", 1)
-			return Holder{}, fmt.Errorf("reading %q: %w", key, ErrNoQuorum)
-		}
-		return holderOf(key, out.res.Value, out.res.Live, 0), nil
-	case <-ctx.Done():
+	switch {
+	case err != nil:
+		return Holder{}, err
+	case ctxErr != nil:
 		// The read runs until the same deadline: no majority answered
 		// in time.
 		m.incr("quorum.failures", 1)
-		return Holder{}, fmt.Errorf("reading %q: %w (%w)", key, ErrNoQuorum, ctx.Err())
-	case <-m.closed:
-		return Holder{}, ErrClosed
+		return Holder{}, fmt.Errorf("reading %q: %w (%w)", key, ErrNoQuorum, ctxErr)
+	case out.err != nil:
+		return Holder{}, out.err
+	case out.res.Outcome != quorum.ReadDone:
+		m.incr("quorum.failures", 1)
+		return Holder{}, fmt.Errorf("reading %q: %w", key, ErrNoQuorum)
 	}
+	return holderOf(key, out.res.Value, out.res.Live, 0), nil
 }
 
 // holderOf describes a register's value: held when a lease of it runs.

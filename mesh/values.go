@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/lockmesh/lockmesh/mesh/internal/wire"
 	"github.com/lockmesh/lockmesh/quorum"
@@ -104,49 +105,34 @@ func (l *Lease) SetValue(ctx context.Context, value []byte) error {
 	val.valueSeq++
 	seq := val.valueSeq
 	l.mu.Unlock()
-	var deadline = m.clock.Now() + 3*m.cfg.roundTimeout()
-	if d, ok := ctx.Deadline(); ok {
-		deadline = min(deadline, m.clock.since(d))
-	}
-	ch := outcomeChans.Get().(chan outcome)
-	var startErr error
-	m.drive(func(n *quorum.Node) {
+	out, ctxErr, err := m.runOp(ctx, m.opSetValue(), func(n *quorum.Node, deadline time.Duration) (quorum.OpID, error) {
 		id, err := n.Update(l.key, l.token, v, deadline)
 		if err != nil {
-			startErr = fmt.Errorf("setting the value of %q (token %d): %w", l.key, l.token, ErrLeaseLost)
-			return
+			return 0, fmt.Errorf("setting the value of %q (token %d): %w", l.key, l.token, ErrLeaseLost)
 		}
-		m.waiters[id] = ch
+		return id, nil
 	})
-	if startErr != nil {
-		outcomeChans.Put(ch)
-		return startErr
-	}
-	select {
-	case out := <-ch:
-		outcomeChans.Put(ch)
-		switch {
-		case out.err != nil:
-			return out.err
-		case out.res.Outcome == quorum.Updated:
-			l.mu.Lock()
-			if seq > val.applied {
-				val.value, val.applied = v, seq
-			}
-			l.mu.Unlock()
-			return nil
-		case out.res.Outcome == quorum.NotHeld:
-			return fmt.Errorf("setting the value of %q (token %d): %w", l.key, l.token, ErrLeaseLost)
-		}
-		m.incr("quorum.failures", 1)
-		return fmt.Errorf("setting the value of %q: %w (it may or may not have been written)", l.key, ErrNoQuorum)
-	case <-ctx.Done():
+	switch {
+	case err != nil:
+		return err
+	case ctxErr != nil:
 		// The update runs on until its own deadline (at most a few round
 		// timeouts): written or not, renewals carry what a majority holds.
-		return fmt.Errorf("setting the value of %q: %w (it may or may not have been written)", l.key, ctx.Err())
-	case <-m.closed:
-		return ErrClosed
+		return fmt.Errorf("setting the value of %q: %w (it may or may not have been written)", l.key, ctxErr)
+	case out.err != nil:
+		return out.err
+	case out.res.Outcome == quorum.Updated:
+		l.mu.Lock()
+		if seq > val.applied {
+			val.value, val.applied = v, seq
+		}
+		l.mu.Unlock()
+		return nil
+	case out.res.Outcome == quorum.NotHeld:
+		return fmt.Errorf("setting the value of %q (token %d): %w", l.key, l.token, ErrLeaseLost)
 	}
+	m.incr("quorum.failures", 1)
+	return fmt.Errorf("setting the value of %q: %w (it may or may not have been written)", l.key, ErrNoQuorum)
 }
 
 // carriesValues reports whether a catch-up answer holds a grant with a

@@ -130,35 +130,26 @@ func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, 
 	if err := m.checkDisks(add, remove); err != nil {
 		return err
 	}
-	deadline := m.clock.Now() + time.Minute
-	if d, ok := ctx.Deadline(); ok {
-		deadline = m.clock.since(d)
-	}
-	ch := make(chan outcome, 1)
-	var id quorum.OpID
-	var startErr error
-	m.drive(func(n *quorum.Node) {
-		id, startErr = n.ChangeVoters(add, inc, remove, deadline)
-		if startErr == nil {
-			m.waiters[id] = ch
-		}
-	})
 	what := fmt.Sprintf("adding voter %s", add)
 	if remove != "" {
 		what = fmt.Sprintf("removing voter %s", remove)
 	}
-	if startErr != nil {
-		return fmt.Errorf("%w: %s: %v", ErrBadVoterChange, what, startErr)
+	m.log.Info("voter change", "change", what)
+	out, ctxErr, err := m.runOp(ctx, m.opVoters(), func(n *quorum.Node, deadline time.Duration) (quorum.OpID, error) {
+		id, err := n.ChangeVoters(add, inc, remove, deadline)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s: %v", ErrBadVoterChange, what, err)
+		}
+		return id, nil
+	})
+	switch {
+	case err != nil:
+		return err
+	case ctxErr != nil:
+		// A change cannot be cancelled half way: it runs to its deadline,
+		// and the next change, from any node, finishes what it left.
+		return fmt.Errorf("%s: %w (the change runs on until its deadline; the next change finishes it if it stops half way)", what, ctxErr)
 	}
-	m.log.Info("voter change started", "change", what)
-	var out outcome
-	select {
-	case out = <-ch:
-	case <-m.closed:
-		return ErrClosed
-	}
-	// The change runs to its deadline even when ctx ends first; a change
-	// cannot be cancelled half way (the next one finishes it).
 	switch out.res.Outcome {
 	case quorum.Reconfigured:
 		m.log.Info("voter change done", "change", what, "voters", out.res.Members.Voters,
@@ -167,18 +158,13 @@ func (m *Mesh) changeVoters(ctx context.Context, add quorum.NodeID, inc uint64, 
 		return nil
 	case quorum.Refused:
 		return fmt.Errorf("%w: %s: %v", ErrBadVoterChange, what, out.res.Err)
-	default:
-		m.incr("voters.change_failures", 1)
-		state := "nothing was changed"
-		if out.res.Unknown {
-			state = "it may be half made; the next change, from any node, finishes it"
-		}
-		err := fmt.Errorf("%s: no majority of the voters answered in time (%s): %w", what, state, ErrNoQuorum)
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (%w)", err, ctx.Err())
-		}
-		return err
 	}
+	m.incr("voters.change_failures", 1)
+	state := "nothing was changed"
+	if out.res.Unknown {
+		state = "it may be half made; the next change, from any node, finishes it"
+	}
+	return fmt.Errorf("%s: no majority of the voters answered in time (%s): %w", what, state, ErrNoQuorum)
 }
 
 // configChanged runs when the node moved to another configuration (nodeMu
