@@ -21,7 +21,7 @@ type contention struct {
 	fair bool
 }
 
-// contentionCases are the hand-over cases of issue 15: every node a waiter
+// contentionCases are the hand-over cases: every node a waiter
 // on one key, one node with every waiter, and a symmetric mix of both for
 // fairness.
 var contentionCases = map[string]contention{

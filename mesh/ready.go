@@ -12,7 +12,7 @@ import (
 	"github.com/lockmesh/lockmesh/quorum"
 )
 
-// Readiness (DESIGN §8). A node is ready when
+// Readiness (design.md R94). A node is ready when
 //
 //   - it knows a voter configuration;
 //   - if it is a voter, its acceptor votes: quarantine and catch-up are

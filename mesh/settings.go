@@ -12,7 +12,7 @@ import (
 	"github.com/lockmesh/lockmesh/transport"
 )
 
-// Nodes agree on what safety depends on (DESIGN §3.2b). A node tells the
+// Nodes agree on what safety depends on (design.md R93). A node tells the
 // others its wire.Settings in its gossip metadata and in the transport
 // hello (both ways: a listener answers a dialer's hello with its own), and
 // refuses a ballot connection, as dialer or as listener, with a peer whose
@@ -165,7 +165,7 @@ func (m *Mesh) judge(peer string, theirs wire.Settings, timing bool) error {
 }
 
 // SettingsMismatches lists the settings of peers that would break
-// exclusion beside this node's (DESIGN §3.2b): peers whose ballot
+// exclusion beside this node's (design.md R93): peers whose ballot
 // connections this node refused in the last minute (Via "hello"), and live
 // peers whose gossip metadata shows such settings (Via "gossip"), by peer
 // and setting. While a peer is listed, the two do not vote with or for

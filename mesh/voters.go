@@ -443,7 +443,7 @@ func (m *Mesh) userKey(key string) error { return m.lim.checkUserKey(key) }
 // checkDisks refuses a voter change that a voter without a data directory
 // would refuse anyway (quorum.ReasonNoDisk), saying which: a voter that can
 // forget the configuration it accepted would come back after a restart on
-// the founding voters, beside the current ones (review finding 8). The
+// the founding voters, beside the current ones (design.md R60). The
 // removal of such a voter is allowed.
 func (m *Mesh) checkDisks(add, remove quorum.NodeID) error {
 	if m.dd == nil {

@@ -50,7 +50,7 @@
 // ErrFrameTooLarge or ErrQueueFull was not sent; one that fails with
 // ErrConnClosed, ErrClosed (the local transport closed while it waited) or
 // its context's error may or may not have run the handler: the caller must
-// find out (lockmesh resolves such outcomes with a read, see DESIGN.md §3).
+// find out (lockmesh resolves such outcomes with a read: docs/design.md R31).
 // A *RemoteError means the handler ran and failed. Nothing is promised
 // about order.
 //

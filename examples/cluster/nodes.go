@@ -140,7 +140,7 @@ func (c *cluster) ready(names []string) (bool, string) {
 // A restarted node votes once its quarantine is over, but each other node
 // takes its ballots only once it has checked that the new process is the
 // one gossip names; until then the two cannot form a majority together.
-// No API says when that is done (see the final report of issue 14): a
+// No API says when that is done: a
 // node logs it, at info level, so the demo reads its logs.
 type rebinds struct {
 	mu      sync.Mutex

@@ -73,7 +73,7 @@ func (r Range) String() string {
 func (r Range) valid() bool { return 1 <= r.Min && r.Min <= r.Max && r.Max <= math.MaxUint8 }
 
 // Settings are what a node's safety depends on in its peers' settings
-// (DESIGN §3.2b): nodes of version 2 and later send them in the transport
+// (design.md R93): nodes of version 2 and later send them in the transport
 // hello (the payload, both ways) and in gossip metadata, and refuse a peer
 // whose settings would break exclusion.
 type Settings struct {
