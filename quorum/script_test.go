@@ -33,7 +33,7 @@ import (
 //	heal [n2 [n3]]                  heal those links, every link of n2, or every cut
 //	isolate n2                      cut n2 off from every other node
 //	deaf n2 / hear n2               n2 hears no ballot request / hears them
-//	slow n1 per=30ms for=150ms      every message to or from n1 takes per
+//	slow n1 per=30ms for=150ms [from=n3]  every message to or from n1 (from n3 to n1) takes per
 //	crash n0 [n1 …] [disk=keep|wiped|none] / start n0 [n1 …]
 //	wallback 1h                     wall clocks of lives started from now on run 1h back
 //	state [n0 n1]                   voting state of each node
@@ -242,10 +242,20 @@ func (sc *script) do(t *testing.T, d *datadriven.TestData) string {
 	case "deaf", "hear":
 		s.setDeaf(sc.node(t, d, 0), d.Cmd == "deaf")
 	case "slow":
-		var per, span string
+		var per, span, from string
 		d.ScanArgs(t, "per", &per)
 		d.ScanArgs(t, "for", &span)
-		s.setSlow(sc.node(t, d, 0), mustDuration(t, d, per), s.now+mustDuration(t, d, span))
+		d.MaybeScanArgs(t, "from", &from)
+		n, until := sc.node(t, d, 0), s.now+mustDuration(t, d, span)
+		if from != "" {
+			f := s.node(NodeID(from))
+			if f == nil {
+				d.Fatalf(t, "no node %s", from)
+			}
+			s.setSlowLink(f, n, mustDuration(t, d, per), until)
+			break
+		}
+		s.setSlow(n, mustDuration(t, d, per), until)
 	case "crash":
 		disk := "keep"
 		d.MaybeScanArgs(t, "disk", &disk)

@@ -490,10 +490,11 @@ type sim struct {
 	wipe  *wipes    // simConfig.Wipes
 	// deaf nodes hear no ballot request; slow ones send and receive every
 	// message with a fixed delay for a while (setDeaf, setSlow).
-	deaf  map[*simNode]bool
-	slow  map[*simNode]slowNode
-	trace []string
-	fail  []string
+	deaf      map[*simNode]bool
+	slow      map[*simNode]slowNode
+	slowLinks map[[2]int]slowNode
+	trace     []string
+	fail      []string
 	// onResult, when set (by a scripted test), sees every operation
 	// result a node reports, before the checker routes it; onVoting and
 	// onLease every voting state and lease event.
@@ -528,8 +529,21 @@ func (s *sim) setSlow(n *simNode, per, until time.Duration) {
 	s.slow[n] = slowNode{per: per, until: until}
 }
 
-// slowDelay is the delay of a message to or from a slow node, if any.
+// setSlowLink delays every message from one node to another by per until
+// until.
+func (s *sim) setSlowLink(from, to *simNode, per, until time.Duration) {
+	if s.slowLinks == nil {
+		s.slowLinks = make(map[[2]int]slowNode)
+	}
+	s.slowLinks[[2]int{from.idx, to.idx}] = slowNode{per: per, until: until}
+}
+
+// slowDelay is the delay of a message on a slow link, or to or from a slow
+// node, if any.
 func (s *sim) slowDelay(from, to *simNode) (time.Duration, bool) {
+	if sl, ok := s.slowLinks[[2]int{from.idx, to.idx}]; ok && s.now < sl.until {
+		return sl.per, true
+	}
 	for _, n := range [2]*simNode{from, to} {
 		if sl, ok := s.slow[n]; ok && s.now < sl.until {
 			return sl.per, true
@@ -1173,7 +1187,7 @@ func (s *sim) route(from, to *simNode, schedule func(delay time.Duration)) {
 	}
 	for i := 0; i < copies; i++ {
 		d := s.delay(from == to)
-		if s.slow != nil {
+		if s.slow != nil || s.slowLinks != nil {
 			if slow, ok := s.slowDelay(from, to); ok {
 				d = slow
 			}
