@@ -44,6 +44,10 @@ type ProposerConfig struct {
 	// MaxIdleKeys bounds how many keys this node keeps fast-path state for
 	// once it holds no lease on them. Zero means 4096.
 	MaxIdleKeys int
+
+	// rules, set only by tests, breaks rules of the protocol on purpose
+	// (proposerRules); nil keeps them all.
+	rules func(*proposerRules)
 }
 
 func (c *ProposerConfig) validate() error {
@@ -372,39 +376,8 @@ type Proposer struct {
 	obsRounds    map[uint64]*observation
 	changes      []KeyChange
 
-	stats  ProposerStats
-	faults proposerFaults
-}
-
-// proposerFaults break the protocol on purpose. Only tests set them, to show
-// that the simulator's checkers catch each bug; all are off otherwise.
-type proposerFaults struct {
-	countMessages           bool            // count replies by message, not by acceptor
-	clockAtGrant            bool            // read the holder's t0 when the grant is confirmed
-	aliveMajority           func() []NodeID // take a majority of these instead of the configuration
-	noEpochFloor            bool            // next epoch = highest seen + 1, without the wall-clock floor
-	skipMigration           bool            // settle a voter change without moving the keys into it
-	configWithoutFloors     bool            // write configurations without the epoch floors the voters reported
-	perKeyBallots           bool            // count ballots per key only, from 1 again after forgetting a key
-	anyTimerLocks           bool            // take any live timer of a grant not behind base for a lock, seen at one voter or more
-	fastAnyVoter            bool            // send fast-path accepts to voters that did not promise the ballot
-	listFromOne             bool            // move the keys one old voter lists, not a majority's
-	keepFastOnAdopt         bool            // keep fast paths across adopting a configuration
-	readEmptyEpoch          bool            // a read that wrote back an empty register reports epoch 0
-	migrateFullTTL          bool            // time a moved lease for a full TTL, not what is left of it
-	forgetOnMajority        bool            // forget a key when a majority holds it free, not every voter
-	forgetAny               bool            // forget a key whatever the voters hold
-	noSweepWriteBack        bool            // a sweep that finds a key free everywhere but on different ballots leaves it (demoted copies are never forgotten)
-	sweepNeedsEveryFree     bool            // a sweep writes a key back only if every voter holds it free (a missed release is never forgotten)
-	keepExpiredGrants       bool            // a sweep never frees a grant whose lease ran out at every voter (kept for good)
-	freeLiveGrants          bool            // a sweep frees a grant whatever the voters' timers say, with a prepare that is not IfFree
-	forgetEvictedOnMajority bool            // forget an evicted key's registers when a majority, not every voter, accepted its release
-	observeHighest          bool            // report an observed key's highest report, agreed by a majority or not
-	observeForgottenHeld    bool            // take an observed key's empty register for older than any state at a real ballot
-	observeKeepsBallots     bool            // an observer orders states by ballot across the loss of a majority's state
-	observeAnyBallotExpiry  bool            // an observer takes a majority's reports of a lease's timer run out, at any ballots, for its end
-	readExpiryAtWriteBack   bool            // a read takes a majority at a write-back's ballot, no timer running, for a lease's end
-	observeIncOrder         bool            // an observer takes the lower of two incarnations of a voter for its earlier life
+	stats ProposerStats
+	rules proposerRules
 }
 
 // ProposerStats counts what a proposer did.
@@ -450,6 +423,10 @@ func NewProposer(cfg ProposerConfig) (*Proposer, error) {
 		ops:      make(map[OpID]*op),
 		incs:     make(map[NodeID]uint64),
 		out:      make([]Request, len(cfg.Membership.Voters)),
+		rules:    defaultProposerRules,
+	}
+	if cfg.rules != nil {
+		cfg.rules(&p.rules)
 	}
 	// Round ids start anywhere: no answer meant for an earlier life of
 	// this node can match a round of this one (roundTable). The other
@@ -1064,19 +1041,23 @@ func (p *Proposer) forgettable(ks *keyState) *Ballot {
 	if fp == nil || fp.base.Held || fp.base.Config != nil || ks.key == ConfigKey || p.m.Pending {
 		return nil
 	}
-	if p.faults.forgetEvictedOnMajority {
-		if len(*voters) < p.m.Majority() {
-			return nil
-		}
-	} else {
-		for _, v := range p.m.Voters {
-			if voters.get(v) == 0 {
-				return nil
-			}
-		}
+	if !p.rules.forgetsEvicted(p, voters) {
+		return nil
 	}
 	b := p.ownBallot(fp.accepted)
 	return &b
+}
+
+// everyVoterAcked reports whether every voter acknowledged the release
+// (acked): only then does each hold its free value at its ballot (design.md
+// R72).
+func (p *Proposer) everyVoterAcked(acked *voterIncs) bool {
+	for _, v := range p.m.Voters {
+		if acked.get(v) == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // forgetRegisters tells every voter to forget key if it still holds the

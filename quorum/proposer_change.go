@@ -38,7 +38,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 				// epoch may have been granted to another meanwhile (the
 				// grant took it on a fast path whose base a majority loss
 				// had made stale). Take a fresh one above what was heard.
-				v.Epoch = p.nextEpoch(maxEpoch)
+				v.Epoch = p.rules.nextEpoch(p, maxEpoch)
 			}
 			return v, OpResult{}, true
 		}
@@ -55,7 +55,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		}
 		return Value{
 			Held: true, Holder: me, HolderInc: inc,
-			Epoch: p.nextEpoch(maxEpoch), TTL: x.opts.TTL, Lease: x.ballot, Data: x.opts.Data,
+			Epoch: p.rules.nextEpoch(p, maxEpoch), TTL: x.opts.TTL, Lease: x.ballot, Data: x.opts.Data,
 		}, OpResult{}, true
 
 	case kindRenew:
@@ -113,14 +113,11 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		}
 		x.timeLeft = 0
 		if base.Held {
-			x.timeLeft = p.timeLeft(base, replies)
+			x.timeLeft = p.rules.movedTTL(p, base, replies)
 		}
-		if x.timeLeft > 0 && !p.faults.migrateFullTTL {
-			// The new voters time the lease for what is left of it
-			// (review finding 9: a full TTL kept a crashed holder's key
-			// blocked up to a TTL longer per change).
+		if x.timeLeft > 0 {
 			v := base
-			v.TTL = min(x.timeLeft, base.TTL)
+			v.TTL = x.timeLeft
 			return v, OpResult{}, true
 		}
 		return base, OpResult{}, true
@@ -130,12 +127,8 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 		if base.Config != nil {
 			cur = *base.Config
 		}
-		same := sameButFloor(cur, *x.cfgWrite)
-		if p.faults.configWithoutFloors {
-			same = cur.Equal(*x.cfgWrite) // the rule before floors were carried
-		}
 		switch {
-		case same:
+		case p.rules.sameConfig(cur, *x.cfgWrite):
 			// An earlier round of this very write got there: write it
 			// back, so that it is chosen before it is reported (and
 			// adopted as written, whatever floor that round gave it).
@@ -145,20 +138,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 			// Someone else changed the configuration first.
 			return Value{}, OpResult{Outcome: Locked}, false
 		}
-		if !p.faults.configWithoutFloors {
-			// The configuration carries the highest epoch the voters that
-			// answered reported (each at least its acceptor's floor, which
-			// after a restart from disk is its epoch mark): a voter that
-			// lost its registers knows the epochs it accepted only by its
-			// mark, and the voters of a later configuration may not
-			// include it (soak seed 816052 with 3 voters: the grant of
-			// epoch E lived only at two voters that restarted together;
-			// the voter left alone by the next two changes granted E
-			// again).
-			for i := range replies {
-				x.cfgWrite.EpochFloor = max(x.cfgWrite.EpochFloor, replies[i].res.MaxEpoch)
-			}
-		}
+		p.rules.raiseConfigFloor(x.cfgWrite, replies)
 		w := x.cfgWrite.clone()
 		return Value{Config: &w}, OpResult{}, true
 
@@ -175,7 +155,7 @@ func (p *Proposer) change(x *op, base Value, replies []reply, now time.Duration)
 			}
 		}
 		x.readLive = live
-		if chosen && !p.readSettlesLive(base, replies[0].res.Accepted, live) {
+		if chosen && !p.rules.readSettlesLive(base, replies[0].res.Accepted, live) {
 			chosen = false // a lease's end only a write-back settles
 		}
 		// What the read reports, now or once its write-back is chosen: the
@@ -239,6 +219,19 @@ func readEpoch(base Value, replies []reply) uint64 {
 	return e
 }
 
+// movedTTL is how long the new voters of a change time base's lease, which
+// it moves: what is left of it (timeLeft), at most its TTL; 0 if no timer
+// of it runs (design.md R63). A full TTL kept a crashed holder's key
+// blocked up to a TTL longer per change.
+func (p *Proposer) movedTTL(base Value, replies []reply) time.Duration {
+	return min(p.timeLeft(base, replies), base.TTL)
+}
+
+// writtenBackEpoch is the epoch a read reports once its write-back is
+// chosen: readEpoch of what its promises reported (design.md R16), not the
+// written value's own, which is 0 for an empty register.
+func writtenBackEpoch(x *op) uint64 { return x.readEpoch }
+
 // timeLeft is how long the lease of base may still run, on this node's
 // clock: the longest remaining time a voter of the round reported for the
 // grant, stretched for the worst clock-rate difference, or zero when no
@@ -299,31 +292,12 @@ func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration
 		if r.Remaining <= 0 {
 			continue
 		}
-		// A live timer is a lock only when it times the grant that base
-		// holds. Any grant that was chosen is base or behind it: every
-		// value written since derives from it (a renewal keeps the grant,
-		// a release keeps its epoch, a later grant takes a higher one and
-		// is written only once no lease of it is live). So a timer of any
-		// other grant — an older one, a released one, or one of a higher
-		// epoch that two racing acquires each got to one acceptor and
-		// that no majority accepted (review finding 3) — protects no
-		// holder: nobody learned such a grant was theirs.
-		if !r.Value.sameGrant(base) && !p.faults.anyTimerLocks {
+		if r.Value.heldBy(me, inc) && reclaimable {
 			continue
 		}
-		v := r.Value
-		if v.heldBy(me, inc) && reclaimable {
+		v, locks := p.rules.lockingGrant(r.Value, base)
+		if !locks {
 			continue
-		}
-		if p.faults.anyTimerLocks {
-			// The rule before the review: any timer of a grant not behind
-			// base locks (finding 3, kept to show the checkers catch it).
-			if v.Epoch < base.Epoch || (v.Epoch == base.Epoch && !base.Held) {
-				continue
-			}
-			if v.Epoch == base.Epoch {
-				v = base
-			}
 		}
 		if !locked || v.Epoch > res.Epoch || (v.Epoch == res.Epoch && r.Remaining > res.Remaining) {
 			res = OpResult{Outcome: Locked, Holder: v.Holder, HolderInc: v.HolderInc, Epoch: v.Epoch, Remaining: r.Remaining,
@@ -334,6 +308,18 @@ func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration
 	return res, locked
 }
 
+// lockingGrant reports whether a voter's live timer of timed locks an
+// acquire that builds on base, and the grant that locks (design.md R10): a
+// live timer is a lock only when it times the grant that base holds. Any
+// grant that was chosen is base or behind it: every value written since
+// derives from it (a renewal keeps the grant, a release keeps its epoch, a
+// later grant takes a higher one and is written only once no lease of it
+// is live). So a timer of any other grant (an older one, a released one,
+// or one of a higher epoch that two racing acquires each got to one
+// acceptor and that no majority accepted) protects no holder: nobody
+// learned such a grant was theirs.
+func lockingGrant(timed, base Value) (Value, bool) { return timed, timed.sameGrant(base) }
+
 // nextEpoch is the fencing token of a new grant: above every epoch a
 // majority knows of, and at least the wall clock in microseconds, so that
 // tokens keep increasing even after the voters of a majority lost their
@@ -341,9 +327,6 @@ func (p *Proposer) blocked(x *op, base Value, replies []reply, now time.Duration
 // states exactly).
 func (p *Proposer) nextEpoch(maxSeen uint64) uint64 {
 	e := maxSeen + 1
-	if p.faults.noEpochFloor {
-		return e
-	}
 	if w := p.clock.WallMicros(); w > 0 && uint64(w) > e {
 		e = uint64(w)
 	}
@@ -352,8 +335,22 @@ func (p *Proposer) nextEpoch(maxSeen uint64) uint64 {
 
 // sameButFloor reports whether a and b are one configuration, perhaps with
 // different epoch floors: two rounds of one write, each raising the floor
-// to what its voters reported (see change, kindConfig).
+// to what its voters reported (raiseConfigFloor; design.md R64).
 func sameButFloor(a, b Membership) bool {
 	a.EpochFloor = b.EpochFloor
 	return a.Equal(b)
+}
+
+// raiseConfigFloor raises the epoch floor of a configuration write to the
+// highest epoch the voters that answered its round reported (each at least
+// its acceptor's floor, which after a restart from disk is its epoch mark):
+// a voter that lost its registers knows the epochs it accepted only by its
+// mark, and the voters of a later configuration may not include it. A
+// grant of epoch E that lived only at two voters that restarted together
+// was granted again by the voter the next two changes left alone
+// (design.md R64).
+func raiseConfigFloor(write *Membership, replies []reply) {
+	for i := range replies {
+		write.EpochFloor = max(write.EpochFloor, replies[i].res.MaxEpoch)
+	}
 }

@@ -179,11 +179,7 @@ func (p *Proposer) renewed(x *op, now time.Duration) {
 		return
 	}
 	l.renewing = false
-	t0 := x.t0
-	if p.faults.clockAtGrant {
-		t0 = now
-	}
-	if d := t0 + l.opts.HolderTTL; d > l.deadline {
+	if d := p.rules.holderStart(x, now) + l.opts.HolderTTL; d > l.deadline {
 		l.deadline = d
 		ks.lastDeadline = max(ks.lastDeadline, d)
 		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started, Tag: l.tag})

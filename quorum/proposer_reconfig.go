@@ -270,12 +270,7 @@ func (p *Proposer) changeList(c *changeOp) {
 		p.askList(c, lp, now)
 	}
 	p.armChange(c, now+p.cfg.RoundTimeout)
-	if p.faults.skipMigration {
-		c.peers = nil
-		c.stage = stMigrate
-		c.gen++
-		p.changeMigrate(c)
-	}
+	p.maybeMigrate(c)
 }
 
 func (p *Proposer) askList(c *changeOp, lp *listPeer, now time.Duration) {
@@ -338,26 +333,37 @@ func (p *Proposer) HandleListResponse(resp *CatchUpResponse) {
 		return
 	}
 	lp.done = true
+	p.maybeMigrate(c)
+}
+
+// maybeMigrate starts moving the keys listed once enough of the old voters
+// have listed theirs (listingsNeeded).
+func (p *Proposer) maybeMigrate(c *changeOp) {
 	done := 0
 	for _, q := range c.peers {
 		if q.done {
 			done++
 		}
 	}
-	// A majority of the old voters, each no longer voting in the old
-	// configuration, meets every majority that chose a value there.
-	if done >= len(c.target.Prev)/2+1 || (p.faults.listFromOne && done >= 1) {
-		c.order = make([]string, 0, len(c.keys))
-		for k := range c.keys {
-			c.order = append(c.order, k)
-		}
-		slices.Sort(c.order)
-		c.keys = nil
-		c.stage = stMigrate
-		c.gen++ // no more listing retries
-		p.changeMigrate(c)
+	if done < p.rules.listingsNeeded(c) {
+		return
 	}
+	c.order = make([]string, 0, len(c.keys))
+	for k := range c.keys {
+		c.order = append(c.order, k)
+	}
+	slices.Sort(c.order)
+	c.keys = nil
+	c.stage = stMigrate
+	c.gen++ // no more listing retries
+	p.changeMigrate(c)
 }
+
+// listingsNeeded is how many old voters must list their keys before c
+// moves them: a majority of the old voters, each no longer voting in the
+// old configuration, meets every majority that chose a value there
+// (design.md R62), so every key chosen there moves (design.md R61).
+func (c *changeOp) listingsNeeded() int { return len(c.target.Prev)/2 + 1 }
 
 // changeMigrate keeps up to maxMigrating keys moving, and settles the
 // configuration once every key has moved.
@@ -431,9 +437,7 @@ func (p *Proposer) Adopt(m Membership) bool {
 	p.out = make([]Request, len(p.m.Voters))
 	p.stats.ConfigChanges++
 	for _, ks := range p.keys {
-		if !p.faults.keepFastOnAdopt {
-			p.dropFast(ks)
-		}
+		p.rules.fastPathOnAdopt(p, ks)
 	}
 	// The rounds in flight, in the order they began.
 	type inFlight struct {

@@ -267,7 +267,6 @@ type op struct {
 	t0        time.Duration
 	timerGen  uint64
 	votes     tally
-	msgs      int // replies counted by message (a test-only fault)
 	replies   []reply
 	proposed  Value
 	attempts  int
@@ -418,31 +417,35 @@ func (p *Proposer) startRound(x *op) {
 	}
 	x.peek = false
 	x.ballot = p.newBallot(ks)
-	acquire := x.kind == kindAcquire
-	watch := acquire && x.opts.Wait
+	watch := x.kind == kindAcquire && x.opts.Wait
 	x.watched = x.watched || watch
+	ifFree := p.rules.asksIfFree(x)
 	for i := range p.m.Voters {
-		// (A forget's write-back asks as an acquire does: it must not
-		// cost a holder, or the waiters a key is handed to, their ballot.)
-		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot,
-			Watch: watch, IfFree: acquire || (x.kind == kindForget && !p.faults.freeLiveGrants)})
+		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot, Watch: watch, IfFree: ifFree})
 	}
 }
+
+// asksIfFree reports whether x's prepare asks IfFree: an acquire's
+// (design.md R27), and a forget's write-back, which asks as an acquire does:
+// it must not cost a holder, or the waiters a key is handed to, their
+// ballot (design.md R76).
+func asksIfFree(x *op) bool { return x.kind == kindAcquire || x.kind == kindForget }
 
 // newBallot returns a ballot of this proposer for ks that it has never used
 // on any key: above the highest counter seen on ks (so that it can win) and
 // above every counter this incarnation used before. A per-key counter alone
 // is not enough: the state of an idle key is forgotten (maybeForget), and a
 // counter started again would reuse a ballot that may carry a value at some
-// acceptor already; two values at one ballot break Paxos (review finding 1).
+// acceptor already; two values at one ballot break Paxos (design.md R4).
 func (p *Proposer) newBallot(ks *keyState) Ballot {
-	c := max(ks.counter, p.ballots) + 1
-	if p.faults.perKeyBallots {
-		c = ks.counter + 1
-	}
+	c := p.rules.ballotCounter(p, ks)
 	ks.counter, p.ballots = c, max(p.ballots, c)
 	return p.ownBallot(c)
 }
+
+// nextCounter is the counter of a new ballot on ks: above the highest seen
+// on ks and every one this incarnation used (design.md R4).
+func (p *Proposer) nextCounter(ks *keyState) uint64 { return max(ks.counter, p.ballots) + 1 }
 
 // ownBallot is this proposer's ballot with counter c.
 func (p *Proposer) ownBallot(c uint64) Ballot {
@@ -453,8 +456,7 @@ func (p *Proposer) newRound(x *op) {
 	p.endRound(x)
 	p.nextRID++
 	x.rid = p.rounds.add(roundRef{x: x}, p.nextRID)
-	x.votes = newTally(p.quorumOf())
-	x.msgs = 0
+	x.votes = newTally(p.rules.quorum(p))
 	if x.replies == nil {
 		if n := len(p.spareReplies); n > 0 {
 			x.replies, p.spareReplies = p.spareReplies[n-1], p.spareReplies[:n-1]
@@ -502,16 +504,6 @@ func (p *Proposer) observeRTT(d time.Duration) {
 	p.srtt = (7*p.srtt + d) / 8
 }
 
-// quorumOf is the configuration whose majority decides: always the voter
-// configuration, except under the test-only fault that counts the nodes
-// gossip believes alive.
-func (p *Proposer) quorumOf() Membership {
-	if f := p.faults.aliveMajority; f != nil {
-		return Membership{ID: p.m.ID, Voters: f()}
-	}
-	return p.m
-}
-
 func (p *Proposer) push(voter int, o Op) {
 	r := &p.out[voter]
 	if r.Ops == nil {
@@ -550,33 +542,37 @@ func (p *Proposer) sendAccepts(x *op, v Value, incs voterIncs) {
 	}
 	x.sentTo = x.sentTo[:0]
 	for i, id := range p.m.Voters {
-		inc := incs.get(id)
-		if inc == 0 && (!x.fast || p.faults.fastAnyVoter) {
-			// Not among the voters that promised: it may accept if it
-			// promised nothing higher (the value is safe: a majority
-			// promised this ballot and reported what it held).
-			inc = p.incs[id]
+		if inc := p.rules.acceptInc(p, x, id, incs); inc != 0 {
+			p.push(i, p.acceptOp(x, inc))
+			x.sentTo = append(x.sentTo, voterInc{id, inc})
 		}
-		if inc == 0 {
-			// Never heard from; or, on the fast path, a voter whose
-			// promise of this ballot this node does not hold. The fast
-			// path's ballot is safe only at the voters that promised it
-			// when they accepted the base, in the lives that promised:
-			// another voter, or another life of one, may have accepted a
-			// newer value since (after a restart of every voter, say), and
-			// accepting this ballot would put the stale value above it.
-			continue
-		}
-		p.push(i, p.acceptOp(x, inc))
-		x.sentTo = append(x.sentTo, voterInc{id, inc})
 	}
 	x.unknown, x.wrote = true, true
+}
+
+// acceptInc is the life of voter that x's accept is addressed to, given the
+// voters that promised its ballot; 0 sends it nothing (design.md R23).
+func (p *Proposer) acceptInc(x *op, voter NodeID, promised voterIncs) uint64 {
+	if inc := promised.get(voter); inc != 0 || x.fast {
+		// On the fast path, a voter whose promise of this ballot this
+		// node does not hold gets nothing. The fast path's ballot is
+		// safe only at the voters that promised it when they accepted
+		// the base, in the lives that promised: another voter, or
+		// another life of one, may have accepted a newer value since
+		// (after a restart of every voter, say), and accepting this
+		// ballot would put the stale value above it.
+		return inc
+	}
+	// Not among the voters that promised: it may accept if it promised
+	// nothing higher (the value is safe: a majority promised this ballot
+	// and reported what it held). Never heard from: nothing.
+	return p.incs[voter]
 }
 
 // acceptOp is x's accept, addressed to a voter's incarnation inc.
 func (p *Proposer) acceptOp(x *op, inc uint64) Op {
 	return Op{ID: x.rid, Kind: OpAccept, Key: x.ks.key, Ballot: x.ballot, Inc: inc, Value: x.proposed,
-		Next: x.next, Migrate: x.kind == kindMigrate && (x.timeLeft > 0 || p.faults.migrateFullTTL)}
+		Next: x.next, Migrate: x.kind == kindMigrate && x.timeLeft > 0}
 }
 
 // maybeCompleteFree sends x's accept, now that a majority took it, to the
@@ -682,15 +678,7 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		x.ks.counter = res.Promised.Counter
 	}
 	x.ks.epochSeen = max(x.ks.epochSeen, res.MaxEpoch, res.Value.Epoch)
-	if p.faults.countMessages {
-		x.msgs++
-		x.replies = append(x.replies, reply{from, inc, *res})
-		if res.OK && x.msgs >= x.votes.m.Majority() {
-			p.roundWon(x)
-		}
-		return
-	}
-	if !x.votes.add(from, res.OK) {
+	if !p.rules.countVote(&x.votes, from, res.OK) {
 		return // not a voter, or a duplicate
 	}
 	switch res.Reason {
@@ -824,27 +812,12 @@ func (p *Proposer) stepForget(x *op) {
 // to forget the key at that ballot. If all hold it free but not at one
 // ballot, the key is written back first (maybeWriteBack).
 func (p *Proposer) maybeForgetKey(x *op) {
-	first := &x.replies[0].res
-	free, one := true, true
-	for i := range x.replies {
-		r := &x.replies[i].res
-		// (A copy counts: every voter answered, and all hold one free
-		// value at one ballot; dropping it loses nothing a read needs.
-		// Refusing copies kept every key a restarted voter copied for
-		// good: TestAudit8CopiesAreNeverSwept.)
-		if !r.OK || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil {
-			free = false
-		}
-		if r.Accepted != first.Accepted {
-			one = false
-		}
-	}
 	switch {
-	case (free && one) || p.faults.forgetAny || (p.faults.forgetOnMajority && x.votes.nyes >= x.votes.m.Majority()):
+	case p.rules.forgets(x):
 		for i := range x.votes.m.Voters {
-			p.push(i, Op{Kind: OpForget, Key: x.ks.key, Ballot: first.Accepted})
+			p.push(i, Op{Kind: OpForget, Key: x.ks.key, Ballot: x.replies[0].res.Accepted})
 		}
-	case p.mayWriteBack(x.replies) && !p.faults.noSweepWriteBack && x.ks.key != ConfigKey && !p.m.Pending:
+	case p.rules.writesBack(p, x.replies) && x.ks.key != ConfigKey && !p.m.Pending:
 		// Free at the highest ballot, no timer anywhere, but not one free
 		// value at one ballot everywhere: copies a voter demoted when it
 		// went live after a majority loss (demoteCopies: no two voters
@@ -858,6 +831,22 @@ func (p *Proposer) maybeForgetKey(x *op) {
 		return
 	}
 	p.finish(x, OpResult{})
+}
+
+// oneFreeValue reports whether every voter answered x's peeks with one
+// free value at one ballot, no timer running: the key can be forgotten as
+// it stands (design.md R71). (A copy counts: every voter answered, and all
+// hold one free value at one ballot; dropping it loses nothing a read
+// needs. Refusing copies kept every key a restarted voter copied for
+// good.)
+func oneFreeValue(x *op) bool {
+	for i := range x.replies {
+		r := &x.replies[i].res
+		if !r.OK || r.Value.Held || r.Remaining > 0 || r.Value.Config != nil || r.Accepted != x.replies[0].res.Accepted {
+			return false
+		}
+	}
+	return true
 }
 
 // mayWriteBack reports whether a sweep may write a key back on these
@@ -876,14 +865,17 @@ func (p *Proposer) maybeForgetKey(x *op) {
 func (p *Proposer) mayWriteBack(replies []reply) bool {
 	for i := range replies {
 		r := &replies[i].res
-		if !r.OK || r.Value.Config != nil || (r.Value.Held && p.faults.sweepNeedsEveryFree) ||
-			(r.Remaining > 0 && !p.faults.freeLiveGrants) {
+		if !r.OK || r.Value.Config != nil || p.rules.sweepYields(r) {
 			return false
 		}
 	}
 	v, _ := highest(replies)
-	return !v.Held || p.mayFreeExpired(v)
+	return !v.Held || p.rules.freesExpired(p, v)
 }
+
+// timesALease reports whether a voter's answer says it times a lease of
+// the key: a sweep's write-back yields to it (design.md R76).
+func timesALease(r *Result) bool { return r.Remaining > 0 }
 
 // A sweep frees an expired grant. A grant whose holder crashed, was shut
 // down without releasing, or lost its lease and never freed it, stays in
@@ -936,7 +928,7 @@ func (p *Proposer) mayWriteBack(replies []reply) bool {
 // grant is this node's own (its cleanup frees those, after the deadline it
 // reported).
 func (p *Proposer) mayFreeExpired(v Value) bool {
-	return !p.faults.keepExpiredGrants && v.Config == nil && !v.heldBy(p.cfg.ID, p.cfg.Incarnation)
+	return v.Config == nil && !v.heldBy(p.cfg.ID, p.cfg.Incarnation)
 }
 
 // A sweep's write-back. The voters answered a forget's peeks with no
@@ -1035,19 +1027,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 			return false
 		}
 		res, locked := p.blocked(x, base, info, now)
-		if !locked || (!p.faults.anyTimerLocks && !releaseUnderWay(info, base) &&
-			(!majorityHolds(info, base, x.votes.m.Majority()) || hi.Counter < x.ks.freedAt())) {
-			// Not locked; or the grant that locks is not yet seen held by
-			// a majority, and may be a rival's write that is never
-			// finished (waiting for its lease would stall the key: two
-			// acquires that each got their grant to one acceptor parked
-			// behind each other's for a whole TTL; the round goes on
-			// instead, and a majority of promises builds on what they
-			// hold); or it was accepted below a ballot that a voter had
-			// promised when it said the key was free, and these voters may
-			// not have heard of its release yet. Neither when the holder's
-			// release is seen under way (releaseUnderWay): then the grant
-			// is the holder's to finish freeing, and only it can.
+		if !locked || !p.rules.parksBehind(p, x, base, hi, info) {
 			return false
 		}
 		p.conclude(x, res)
@@ -1067,7 +1047,7 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 				}
 			}
 		}
-		if same < x.votes.m.Majority() || !p.readSettlesLive(base, hi, live) {
+		if same < x.votes.m.Majority() || !p.rules.readSettlesLive(base, hi, live) {
 			return false
 		}
 		p.conclude(x, OpResult{
@@ -1091,8 +1071,24 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 // and a renewal through other voters may succeed after they answer: the
 // read writes the value back instead, which no renewal it missed lets
 // through (proposer_change.go, kindRead).
-func (p *Proposer) readSettlesLive(base Value, hi Ballot, live bool) bool {
-	return live || !base.Held || hi == base.Lease || p.faults.readExpiryAtWriteBack
+func readSettlesLive(base Value, hi Ballot, live bool) bool {
+	return live || !base.Held || hi == base.Lease
+}
+
+// parksBehind reports whether an acquire that finds the key locked by
+// base's grant (hi the highest ballot the answers info report) waits for
+// it, without a ballot: only behind a grant that will end (design.md R29).
+// Not while the grant is not yet seen held by a majority: it may be a
+// rival's write that is never finished (waiting for its lease would stall
+// the key: two acquires that each got their grant to one acceptor parked
+// behind each other's for a whole TTL; the round goes on instead, and a
+// majority of promises builds on what they hold). Nor when it was accepted
+// below a ballot that a voter had promised when it said the key was free:
+// these voters may not have heard of its release yet. But always when the
+// holder's release is seen under way (releaseUnderWay): then the grant is
+// the holder's to finish freeing, and only it can.
+func (p *Proposer) parksBehind(x *op, base Value, hi Ballot, info []reply) bool {
+	return releaseUnderWay(info, base) || (majorityHolds(info, base, x.votes.m.Majority()) && hi.Counter >= x.ks.freedAt())
 }
 
 // releaseUnderWay reports whether replies show the release of base's grant
@@ -1346,10 +1342,7 @@ func (p *Proposer) accepted(x *op) {
 			p.finish(x, OpResult{Outcome: Cancelled})
 			return
 		}
-		t0 := x.t0
-		if p.faults.clockAtGrant {
-			t0 = now
-		}
+		t0 := p.rules.holderStart(x, now)
 		deadline := t0 + x.opts.HolderTTL
 		if now >= deadline-x.opts.Notice {
 			// The round took so long that the lease would be reported lost
@@ -1374,9 +1367,7 @@ func (p *Proposer) accepted(x *op) {
 		res.Outcome, res.Value = ReadDone, x.proposed
 		res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
 		res.Live, res.Accepted = x.readLive, x.ballot
-		if !p.faults.readEmptyEpoch {
-			res.Epoch = x.readEpoch
-		}
+		res.Epoch = p.rules.writtenBackEpoch(x)
 		p.finish(x, res)
 	case kindUpdate:
 		p.updated(x, res)
@@ -1388,6 +1379,13 @@ func (p *Proposer) accepted(x *op) {
 		p.finish(x, res)
 	}
 }
+
+// holderStart is when the holder's clock started for the lease period x
+// wrote: t0, read before anything of the round was sent (PaxosLease), so
+// that every acceptor that accepted it did so after t0 in real time and
+// times it from then or later (design.md R18). Read at the confirmation
+// (now), it would be late by the whole round.
+func holderStart(x *op, now time.Duration) time.Duration { return x.t0 }
 
 // retry ends x's round and schedules another after a random backoff.
 func (p *Proposer) retry(x *op) {
