@@ -376,13 +376,7 @@ func (p *Proposer) startRound(x *op) {
 	// Read t0 before anything of the round is sent (PaxosLease): every
 	// acceptor that accepts this round does so after t0 in real time.
 	x.t0, x.roundStart = now, now
-	if l := ks.lease; x.kind == kindAcquire && l != nil {
-		// This node holds the key (an acquire waiting behind its own
-		// lease): nobody need be asked. A prepare would only promise a
-		// ballot above the holder's next one and cost its renewal or
-		// release the one-round-trip path; the release wakes this acquire.
-		p.conclude(x, OpResult{Outcome: Locked, Holder: p.cfg.ID, HolderInc: p.cfg.Incarnation, Epoch: l.epoch,
-			Remaining: max(l.deadline-now, 0)})
+	if x.kind == kindAcquire && p.lockedByOwnLease(x, now) {
 		return
 	}
 	if fp, voters := ks.fastPath(), ks.fastVoters; fp != nil && !x.noFast && x.kind != kindRead {
@@ -423,6 +417,20 @@ func (p *Proposer) startRound(x *op) {
 	for i := range p.m.Voters {
 		p.push(i, Op{ID: x.rid, Kind: OpPrepare, Key: ks.key, Ballot: x.ballot, Watch: watch, IfFree: ifFree})
 	}
+}
+
+// lockedByOwnLease concludes an acquire that waits behind this node's own
+// lease on the key: nobody need be asked. A prepare would only promise a
+// ballot above the holder's next one and cost its renewal or release the
+// one-round-trip path; the release wakes this acquire.
+func (p *Proposer) lockedByOwnLease(x *op, now time.Duration) bool {
+	l := x.ks.lease
+	if l == nil {
+		return false
+	}
+	p.conclude(x, OpResult{Outcome: Locked, Holder: p.cfg.ID, HolderInc: p.cfg.Incarnation, Epoch: l.epoch,
+		Remaining: max(l.deadline-now, 0)})
+	return true
 }
 
 // asksIfFree reports whether x's prepare asks IfFree: an acquire's
@@ -710,39 +718,59 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		// never parked on a key held in a configuration of six, and kept
 		// outbidding the holder.
 	case x.votes.lost() || p.fastRoundLost(x):
-		// Too many refused for the ballot to win: other proposers are at
-		// work on the key, which is not the same as no quorum. Jump the ballot
-		// counter ahead by a random stride, growing with each loss: those
-		// that beat us did so with the highest ballot they knew plus one,
-		// and matching them only restarts the duel.
-		if x.kind == kindConfig && x.cfgWrite != nil {
-			if who := noDiskVoters(x.replies); len(who) > 0 {
-				// Voters without a disk refuse to vote on voter changes:
-				// no use trying again.
-				p.finish(x, OpResult{Outcome: Refused, Unknown: (x.phase == phaseAccept && x.votes.nyes > 0) || x.unknown,
-					Err: fmt.Errorf("%w: voter changes need every voter to keep its state on disk, and %v keep none (set a data directory)", ErrBadChange, who)})
-				return
-			}
-		}
-		p.stats.Conflicts++
-		x.contended = x.votes.refusedByRival
-		if x.contended {
-			x.ks.counter += uint64(p.rand.Intn(1 << min(x.streak+1, 10)))
-		}
-		if x.kind == kindAcquire && x.votes.handedOff && !x.cancelled && !x.unknown {
-			// The key was just handed to the waiters in line: for a try,
-			// that is a locked key; a waiting acquire joined the line and
-			// is told when its turn comes (or tries again after a grace).
-			if !x.opts.Wait {
-				p.finish(x, OpResult{Outcome: Locked})
-				return
-			}
-			p.park(x, OpResult{Outcome: Locked, Remaining: 2 * p.cfg.RoundTimeout})
-			return
-		}
-		x.favoured = p.ownGrantLeads(x)
-		p.retry(x)
+		p.roundLost(x)
 	}
+}
+
+// roundLost runs when too many refused x's round for its ballot to win:
+// other proposers are at work on the key, which is not the same as no
+// quorum. It jumps the ballot counter ahead by a random stride, growing
+// with each loss (those that beat us did so with the highest ballot they
+// knew plus one, and matching them only restarts the duel), and tries
+// again.
+func (p *Proposer) roundLost(x *op) {
+	if x.kind == kindConfig && p.refusedForNoDisk(x) {
+		return
+	}
+	p.stats.Conflicts++
+	x.contended = x.votes.refusedByRival
+	if x.contended {
+		x.ks.counter += uint64(p.rand.Intn(1 << min(x.streak+1, 10)))
+	}
+	if x.kind == kindAcquire && p.handedOff(x) {
+		return
+	}
+	x.favoured = p.ownGrantLeads(x)
+	p.retry(x)
+}
+
+// handedOff ends or parks an acquire whose round lost because the key was
+// just handed to the waiters in line (design.md R28): for a try, that is a
+// locked key; a waiting acquire joined the line and is told when its turn
+// comes (or tries again after a grace).
+func (p *Proposer) handedOff(x *op) bool {
+	if !x.votes.handedOff || x.cancelled || x.unknown {
+		return false
+	}
+	if !x.opts.Wait {
+		p.finish(x, OpResult{Outcome: Locked})
+		return true
+	}
+	p.park(x, OpResult{Outcome: Locked, Remaining: 2 * p.cfg.RoundTimeout})
+	return true
+}
+
+// refusedForNoDisk ends a configuration write that voters refused for want
+// of a disk: they refuse to vote on voter changes, and trying again is no
+// use (design.md R60).
+func (p *Proposer) refusedForNoDisk(x *op) bool {
+	who := noDiskVoters(x.replies)
+	if x.cfgWrite == nil || len(who) == 0 {
+		return false
+	}
+	p.finish(x, OpResult{Outcome: Refused, Unknown: (x.phase == phaseAccept && x.votes.nyes > 0) || x.unknown,
+		Err: fmt.Errorf("%w: voter changes need every voter to keep its state on disk, and %v keep none (set a data directory)", ErrBadChange, who)})
+	return true
 }
 
 // fastRoundLost reports whether a fast-path accept round can no longer
@@ -1018,45 +1046,59 @@ func (p *Proposer) maybeConcludeEarly(x *op) bool {
 	if told(x.replies) < x.votes.m.Majority() {
 		return false
 	}
-	now := p.clock.Now()
 	info := informative(x.replies)
 	base, hi := highest(info)
 	switch x.kind {
 	case kindAcquire:
-		if x.cancelled {
-			return false
-		}
-		res, locked := p.blocked(x, base, info, now)
-		if !locked || !p.rules.parksBehind(p, x, base, hi, info) {
-			return false
-		}
-		p.conclude(x, res)
-		return true
+		return p.acquireConcludesEarly(x, base, hi, info)
 	case kindRead:
-		if x.readOrder && hi.IsZero() {
-			return false // a ballot must order the empty register: prepare
-		}
-		same := 0
-		live := false
-		for i := range info {
-			r := &info[i].res
-			if r.Accepted == hi && !r.Copy {
-				same++
-				if r.Remaining > 0 && base.Held {
-					live = true
-				}
-			}
-		}
-		if same < x.votes.m.Majority() || !p.rules.readSettlesLive(base, hi, live) {
-			return false
-		}
-		p.conclude(x, OpResult{
-			Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, info),
-			Holder: base.Holder, HolderInc: base.HolderInc, Accepted: hi,
-		})
-		return true
+		return p.readConcludesEarly(x, base, hi, info)
 	}
 	return false
+}
+
+// acquireConcludesEarly ends an acquire's prepare round, before it has a
+// majority of promises, if the answers info (base at hi the highest) show
+// the key locked by a grant that will end: it waits for it (design.md R29).
+func (p *Proposer) acquireConcludesEarly(x *op, base Value, hi Ballot, info []reply) bool {
+	if x.cancelled {
+		return false
+	}
+	res, locked := p.blocked(x, base, info, p.clock.Now())
+	if !locked || !p.rules.parksBehind(p, x, base, hi, info) {
+		return false
+	}
+	p.conclude(x, res)
+	return true
+}
+
+// readConcludesEarly ends a read's peeks or prepare round if the answers
+// info (base at hi the highest) show base chosen: a majority accepted it
+// at hi, none as a copy (design.md R15), and its lease's end, if they say
+// it ended, is settled (readSettlesLive).
+func (p *Proposer) readConcludesEarly(x *op, base Value, hi Ballot, info []reply) bool {
+	if x.readOrder && hi.IsZero() {
+		return false // a ballot must order the empty register: prepare
+	}
+	same := 0
+	live := false
+	for i := range info {
+		r := &info[i].res
+		if r.Accepted == hi && !r.Copy {
+			same++
+			if r.Remaining > 0 && base.Held {
+				live = true
+			}
+		}
+	}
+	if same < x.votes.m.Majority() || !p.rules.readSettlesLive(base, hi, live) {
+		return false
+	}
+	p.conclude(x, OpResult{
+		Outcome: ReadDone, Value: base, Live: live, Epoch: readEpoch(base, info),
+		Holder: base.Holder, HolderInc: base.HolderInc, Accepted: hi,
+	})
+	return true
 }
 
 // readSettlesLive reports whether a read may report base, which a majority
@@ -1157,22 +1199,48 @@ func (p *Proposer) mayStillConclude(x *op) bool {
 	case len(info) < maj:
 		return len(info)+left >= maj
 	}
-	base, hi := highest(info)
+	var same int
+	var settles bool
 	if x.kind == kindAcquire {
-		if _, locked := p.blocked(x, base, info, p.clock.Now()); !locked {
-			return false
-		}
+		same, settles = p.lockVotes(x, info)
+	} else {
+		same, settles = readVotes(x, info)
 	}
-	if x.kind == kindRead && x.readOrder && hi.IsZero() {
-		return false
+	return settles && same < maj && same+left >= maj
+}
+
+// lockVotes counts the answers info of an acquire's prepare round that
+// hold the grant that locks it, if one does (blocked): a majority of them
+// would settle the acquire (acquireConcludesEarly).
+func (p *Proposer) lockVotes(x *op, info []reply) (int, bool) {
+	base, _ := highest(info)
+	if _, locked := p.blocked(x, base, info, p.clock.Now()); !locked {
+		return 0, false
 	}
 	same := 0
 	for i := range info {
-		if r := &info[i].res; (x.kind == kindRead && r.Accepted == hi && !r.Copy) || (x.kind == kindAcquire && r.Value.sameGrant(base)) {
+		if info[i].res.Value.sameGrant(base) {
 			same++
 		}
 	}
-	return same < maj && same+left >= maj
+	return same, true
+}
+
+// readVotes counts the answers info of a read's round that accepted the
+// highest ballot they report, none as a copy: a majority of them would
+// settle the read (readConcludesEarly).
+func readVotes(x *op, info []reply) (int, bool) {
+	_, hi := highest(info)
+	if x.readOrder && hi.IsZero() {
+		return 0, false
+	}
+	same := 0
+	for i := range info {
+		if r := &info[i].res; r.Accepted == hi && !r.Copy {
+			same++
+		}
+	}
+	return same, true
 }
 
 // majorityHolds reports whether at least majority of the replies hold
@@ -1335,49 +1403,71 @@ func (p *Proposer) accepted(x *op) {
 	res := OpResult{Quorum: quorum, Ballot: x.ballot, Epoch: x.proposed.Epoch, Config: x.votes.m.ID}
 	switch x.kind {
 	case kindAcquire:
-		if x.cancelled {
-			// Granted to nobody: free it now. No deadline was reported, so
-			// nothing local stands in the way.
-			p.spawnCleanup(ks, 0, x.attempted)
-			p.finish(x, OpResult{Outcome: Cancelled})
-			return
-		}
-		t0 := p.rules.holderStart(x, now)
-		deadline := t0 + x.opts.HolderTTL
-		if now >= deadline-x.opts.Notice {
-			// The round took so long that the lease would be reported lost
-			// on arrival. Take it again; the next round reclaims our own
-			// grant with a fresh lease.
-			p.retry(x)
-			return
-		}
-		p.installLease(ks, x.proposed.Epoch, deadline, now, x.opts)
-		res.Outcome, res.Deadline, res.LeaseStart, res.Value = Granted, deadline, t0, x.proposed
-		p.stats.Granted++
-		p.finish(x, res)
-	case kindRelease:
-		res.Outcome = Released
-		p.finish(x, res) // and wakes the acquires waiting behind the lease
-	case kindCleanup:
-		res.Outcome = Released
-		res.Epoch = x.proposed.Epoch
-		p.finish(x, res)
-		p.wakeParked(ks)
+		p.granted(x, res, now)
+	case kindRelease, kindCleanup:
+		p.released(x, res)
 	case kindRead:
-		res.Outcome, res.Value = ReadDone, x.proposed
-		res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
-		res.Live, res.Accepted = x.readLive, x.ballot
-		res.Epoch = p.rules.writtenBackEpoch(x)
-		p.finish(x, res)
+		p.readWrittenBack(x, res)
 	case kindUpdate:
 		p.updated(x, res)
-	case kindConfig:
-		res.Outcome, res.Value = Granted, x.proposed
-		p.finish(x, res)
-	case kindMigrate:
-		res.Outcome, res.Value = ReadDone, x.proposed
-		p.finish(x, res)
+	case kindConfig, kindMigrate:
+		p.reconfigWritten(x, res)
 	}
+}
+
+// granted runs when a majority accepted an acquire's grant.
+func (p *Proposer) granted(x *op, res OpResult, now time.Duration) {
+	ks := x.ks
+	if x.cancelled {
+		// Granted to nobody: free it now. No deadline was reported, so
+		// nothing local stands in the way.
+		p.spawnCleanup(ks, 0, x.attempted)
+		p.finish(x, OpResult{Outcome: Cancelled})
+		return
+	}
+	t0 := p.rules.holderStart(x, now)
+	deadline := t0 + x.opts.HolderTTL
+	if now >= deadline-x.opts.Notice {
+		// The round took so long that the lease would be reported lost
+		// on arrival. Take it again; the next round reclaims our own
+		// grant with a fresh lease.
+		p.retry(x)
+		return
+	}
+	p.installLease(ks, x.proposed.Epoch, deadline, now, x.opts)
+	res.Outcome, res.Deadline, res.LeaseStart, res.Value = Granted, deadline, t0, x.proposed
+	p.stats.Granted++
+	p.finish(x, res)
+}
+
+// released runs when a majority accepted a release's or a cleanup's free
+// value.
+func (p *Proposer) released(x *op, res OpResult) {
+	res.Outcome = Released
+	p.finish(x, res) // a release's wakes the acquires waiting behind the lease
+	if x.kind == kindCleanup {
+		p.wakeParked(x.ks)
+	}
+}
+
+// readWrittenBack runs when a majority accepted a read's write-back: the
+// value is chosen now.
+func (p *Proposer) readWrittenBack(x *op, res OpResult) {
+	res.Outcome, res.Value = ReadDone, x.proposed
+	res.Holder, res.HolderInc = x.proposed.Holder, x.proposed.HolderInc
+	res.Live, res.Accepted = x.readLive, x.ballot
+	res.Epoch = p.rules.writtenBackEpoch(x)
+	p.finish(x, res)
+}
+
+// reconfigWritten runs when a majority accepted a step of a voter change:
+// a configuration written, or a key moved.
+func (p *Proposer) reconfigWritten(x *op, res OpResult) {
+	res.Outcome, res.Value = Granted, x.proposed
+	if x.kind == kindMigrate {
+		res.Outcome = ReadDone
+	}
+	p.finish(x, res)
 }
 
 // holderStart is when the holder's clock started for the lease period x
@@ -1452,37 +1542,47 @@ func (p *Proposer) roundTimeout(x *op) {
 
 // giveUp ends x when its deadline passed.
 func (p *Proposer) giveUp(x *op) {
-	ks := x.ks
 	switch x.kind {
 	case kindAcquire:
-		if x.unknown {
-			p.spawnCleanup(ks, 0, x.attempted)
-		}
-		switch {
-		case x.lastLock != nil && !x.unknown:
-			p.finish(x, *x.lastLock)
-		case x.contended || x.attempts == 0:
-			// (Never started: this node's own work on the key took the
-			// time.)
-			// A majority is up, but others kept winning the key: that is
-			// a locked key with a holder yet to be named, not no quorum.
-			p.finish(x, OpResult{Outcome: Locked, Unknown: x.unknown})
-		default:
-			p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
-		}
+		p.acquireGivesUp(x)
 	case kindRenew:
 		p.finish(x, OpResult{})
-		p.renewFailed(ks, x.epoch, LostNoQuorum, x.unknown)
+		p.renewFailed(x.ks, x.epoch, LostNoQuorum, x.unknown)
 	case kindRelease:
-		if x.unknown {
-			p.finish(x, OpResult{Outcome: NoQuorum, Unknown: true})
-			p.spawnCleanup(ks, 0, []uint64{x.epoch})
-			return
-		}
-		p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
+		p.releaseGivesUp(x)
 	default:
 		p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
 	}
+}
+
+// acquireGivesUp ends an acquire whose deadline passed.
+func (p *Proposer) acquireGivesUp(x *op) {
+	if x.unknown {
+		p.spawnCleanup(x.ks, 0, x.attempted)
+	}
+	switch {
+	case x.lastLock != nil && !x.unknown:
+		p.finish(x, *x.lastLock)
+	case x.contended || x.attempts == 0:
+		// (Never started: this node's own work on the key took the
+		// time.)
+		// A majority is up, but others kept winning the key: that is
+		// a locked key with a holder yet to be named, not no quorum.
+		p.finish(x, OpResult{Outcome: Locked, Unknown: x.unknown})
+	default:
+		p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
+	}
+}
+
+// releaseGivesUp ends a release whose deadline passed: if its write may
+// have landed, a cleanup frees the grant (design.md R31).
+func (p *Proposer) releaseGivesUp(x *op) {
+	if x.unknown {
+		p.finish(x, OpResult{Outcome: NoQuorum, Unknown: true})
+		p.spawnCleanup(x.ks, 0, []uint64{x.epoch})
+		return
+	}
+	p.finish(x, OpResult{Outcome: NoQuorum, Unknown: x.unknown})
 }
 
 // conclude ends x without writing.
