@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// Acquiring a key: the change function that writes a grant (design.md R8,
+// R9, R11, R32, R34), the locks that make an acquire wait (R10, R29) and
+// how it waits for its turn (R28, R30), and how it ends.
+
 // Acquire starts taking key. The result comes through Ready: Granted,
 // Locked (only without Wait), NoQuorum or Cancelled.
 func (p *Proposer) Acquire(key string, o AcquireOptions) (OpID, error) {
@@ -135,8 +139,8 @@ func (p *Proposer) acquireChange(x *op, base Value, replies []reply, now time.Du
 // recent that a majority of voters cannot have lost their state since and
 // voted again. After such a loss the old grant may be all the survivors
 // hold while a later grant, of a higher epoch, went with the others, and
-// keeping the old epoch would hand out a lower token (the simulator found
-// it). Voting again takes a restarted voter its quarantine, at least the
+// keeping the old epoch would hand out a lower token (design.md R32).
+// Voting again takes a restarted voter its quarantine, at least the
 // longest lease it accepts, so at least this lease's TTL if it would
 // accept this write; and an accept reaches only the voter lives that
 // answered this round. Measured from the first round that wrote e to the
@@ -255,8 +259,9 @@ func (p *Proposer) parksBehind(x *op, base Value, hi Ballot, info []reply) bool 
 // the highest value), and it goes on until it is. Meanwhile every acquire
 // is refused where the grant's lease runs, and the promises it wins where
 // the free value is only outbid the holder's next round: in a
-// configuration of six, three voters holding each value, soak seed 301772
-// kept a released key from its waiters for 404 ms that way. So an acquire
+// configuration of six, three voters holding each value, a released key
+// was kept from its waiters for hundreds of milliseconds that way
+// (design.md R29). So an acquire
 // that sees this waits to be told the key is free, as behind any lease
 // (the voters that answered it before taking the release have it in their
 // line, and tell their first waiter when they take it).

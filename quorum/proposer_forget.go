@@ -1,5 +1,9 @@
 package quorum
 
+// Forgetting keys: a sweep's peeks, write-backs and forgets (design.md
+// R70, R71, R73–R76), and the forgets of the idle keys this node drops
+// (R72).
+
 // forget starts asking the voters to forget key (see
 // acceptor_registers.go). Its outcome is not reported.
 func (p *Proposer) forget(key string) {
@@ -44,9 +48,8 @@ func (p *Proposer) maybeForgetKey(x *op) {
 		// went live after a majority loss (demoteCopies: no two voters
 		// ever agree on one), a register a voter kept when the others
 		// forgot the key (its forget was lost), or a grant a voter holds
-		// below the release it missed (TestAudit11SweepLeavesARelease-
-		// AVoterMissed). Peeks alone would find them so at every sweep,
-		// for good.
+		// below the release it missed. Peeks alone would find them so at
+		// every sweep, for good (design.md R74).
 		x.writeBack = true
 		p.startRound(x)
 		return
@@ -76,9 +79,9 @@ func oneFreeValue(x *op) bool {
 // is free. With no timer at any voter no lease of the key runs (a lease's
 // accept majority times it, and voters that lost their timers in a
 // restart waited out every lease of before), so the free value is what a
-// read would write back too. (Before, every voter had to hold a free
-// value: a voter that missed a release kept the grant below it, and the
-// key was never forgotten; fault sweep-needs-every-free.)
+// read would write back too (design.md R74). Not only when every voter
+// holds a free value: a voter that missed a release keeps the grant below
+// it, and the key would never be forgotten.
 //
 // The value at the highest ballot may also be a grant whose lease has run
 // out at every voter (mayFreeExpired): the write-back then frees it, as a
@@ -102,7 +105,7 @@ func timesALease(r *Result) bool { return r.Remaining > 0 }
 // down without releasing, or lost its lease and never freed it, stays in
 // every voter's register until someone acquires the key again, and a key
 // locked once per entity (invoice/<id>) never is: without this, every key
-// a crashed node held was kept for good (issue 11 finding 6). So when the
+// a crashed node held was kept for good (design.md R75). So when the
 // value a sweep's peeks find at the highest ballot is a grant, and every
 // voter answered and none times a lease of the key (none reports time
 // left, none holds a configuration, no voter change is pending), the

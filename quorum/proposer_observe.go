@@ -10,7 +10,8 @@ import (
 // Op.Observe), and the voters push what they hold whenever it changes
 // (observe_voter.go). A push is one voter's word, and an accept at one
 // voter is not a decision, so the proposer keeps the latest report of each
-// voter and reports a state (a KeyChange) only when the voters settle it:
+// voter and reports a state (a KeyChange) only when the voters settle it
+// (design.md R80):
 //
 //   - a majority reports one accepted ballot, and the highest ballot any
 //     voter reports shows the same holder, token, value and freedom: that
@@ -25,82 +26,59 @@ import (
 // (a linearizable read: a majority's agreement, or a write-back that makes
 // the highest value chosen) and reports what the read found.
 //
-// A held value is live until its lease is seen ended (rule O4): a
+// A held value is live until its lease is seen ended (design.md R83): a
 // majority of voters report the grant accepted at one ballot B, as the
 // write that began a lease period (B is the value's Lease: each of them
-// accepted it itself, not as a copy or a write-back, and started its
-// timer then), with that timer run out (each pushes when it does). Each
-// of them says so after the holder's deadline for the period B began,
-// which its timer outlasts. A renewal after B that succeeded was accepted
-// by a majority before the holder's deadline at the time, which is no
-// later; that majority meets this one in a voter that had accepted the
-// renewal's higher ballot before it reported, and would have reported
-// that, not B. So no renewal after B succeeded, every period before it
-// ended by its deadline, and the holder's lease had ended before any of
-// these reports was made: however old they are, they settle it. Reports
-// at different ballots never add up: a voter's word that its timer ran
-// out may predate its accepting a later renewal, whose push (renewals
-// are not pushed; a timer started again is) was lost or cut off, while
-// the holder renews through others (TestObserveExpiryNeedsOneBallot).
-// Nor do copies and write-backs: their voters may never have timed the
-// grant. When a majority reports its timer run out but not at one
-// ballot (a holder that crashed in the middle of renewals leaves its
+// accepted it itself, not as a copy or a write-back, and started its timer
+// then), with that timer run out (each pushes when it does). Each of them
+// says so after the holder's deadline for the period B began, which its
+// timer outlasts. A renewal after B that succeeded was accepted by a
+// majority before the holder's deadline at the time, which is no later;
+// that majority meets this one in a voter that had accepted the renewal's
+// higher ballot before it reported, and would have reported that, not B. So
+// no renewal after B succeeded, every period before it ended by its
+// deadline, and the holder's lease had ended before any of these reports
+// was made: however old they are, they settle it. Reports at different
+// ballots never add up: a voter's word that its timer ran out may predate
+// its accepting a later renewal, whose push (renewals are not pushed; a
+// timer started again is) was lost or cut off, while the holder renews
+// through others. Nor do copies and write-backs: their voters may never
+// have timed the grant. When a majority reports its timer run out but not
+// at one ballot (a holder that crashed in the middle of renewals leaves its
 // voters at different ones), the proposer reads the key, again each time
 // they say more; a read concludes as above, or from a write-back that no
 // renewal it missed lets through (readSettlesLive).
 //
-// States are reported in order: a later state of another content has a
-// higher ballot, and a state of the same content only goes from live to
-// not live (or back to live by a later ballot: a renewal that landed
-// late). States in between may be skipped; the last one is never stale
-// for long: every change is pushed by the voters that accept it, and lost
-// pushes are made good by registering again, every refresh interval and a
-// round timeout after a held lease should have run out.
+// States are reported in order (design.md R81): a later state of another
+// content has a higher ballot, and a state of the same content only goes
+// from live to not live (or back to live by a later ballot: a renewal that
+// landed late). States in between may be skipped; the last one is never
+// stale for long: every change is pushed by the voters that accept it, and
+// lost pushes are made good by registering again, every refresh interval
+// and a round timeout after a held lease should have run out (design.md
+// R86).
 //
-// A key the voters forgot (acceptor_registers.go) answers as an empty
-// register, at ballot 0: below every state at a real ballot, though it
-// is newer than all of them. A voter drops a register only once every
-// voter was seen holding it free at one ballot, above every value it
+// A key the voters forgot (acceptor_registers.go; design.md R82) answers as
+// an empty register, at ballot 0: below every state at a real ballot,
+// though it is newer than all of them. A voter drops a register only once
+// every voter was seen holding it free at one ballot, above every value it
 // held before, with no timer running; so a voter whose answer to a
 // registration holds nothing where it had reported a value forgot the key
 // since (or lost its state), and reports that settle on an empty register
-// (after a new configuration, whose voters' reports begin again) show a
-// key forgotten or never written. The proposer then reads the key; a
-// read of an observer that last reported the key held does not conclude
-// from a majority holding nothing: it prepares, and reports the empty register
-// at the ballot the majority promised. Every value chosen before the
-// promises is below that ballot (a voter of its majority is among them),
-// every value chosen after is above it, so the key is reported free after
-// the held state and before any later grant; and free it is, as an
-// acquire on those answers would find it. Taking the empty answers for
-// older instead left an observer that missed the release push reporting
-// the key held, and live, for good (TestObserveForgottenKeyAfterAMissed-
-// Release).
+// (after a new configuration, whose voters' reports begin again) show a key
+// forgotten or never written. The proposer then reads the key; a read of an
+// observer that last reported the key held does not conclude from a
+// majority holding nothing: it prepares, and reports the empty register at
+// the ballot the majority promised. Every value chosen before the promises
+// is below that ballot (a voter of its majority is among them), every value
+// chosen after is above it, so the key is reported free after the held
+// state and before any later grant; and free it is, as an acquire on those
+// answers would find it. Taking the empty answers for older instead left an
+// observer that missed the release push reporting the key held, and live,
+// for good.
 //
 // Registrations expire at the voters (three refresh intervals after the
 // last), so a node that forgets to unobserve costs them little.
-
-// KeyChange is a state of an observed key as a majority of voters holds it.
-type KeyChange struct {
-	Key string
-	// Value is the register's value: free, or held by Holder (HolderInc)
-	// under Epoch, with the holder's Data.
-	Value Value
-	// Live: Value is held and its lease is not known to have ended (a
-	// majority of voters report its timer run out at one ballot that
-	// began a lease period: see the top of proposer_observe.go).
-	Live bool
-	// Ballot orders the states of a key: a state of another content comes
-	// with a higher one.
-	Ballot Ballot
-	// Remaining is the longest time a voter reported the lease still had
-	// to run, on its own clock, when it reported (zero if not live).
-	Remaining time.Duration
-	// Round is the registration round (Proposer.Observe) that this state is
-	// at least as new as: a majority answered it, or a read began after it
-	// was sent.
-	Round uint64
-}
 
 // observation is one observed key at this proposer.
 type observation struct {
@@ -340,10 +318,8 @@ func supersedes(was, now Ballot, later bool) bool { return later || was.Less(now
 
 // forgottenSince reports whether a register at ballot now, where one at was
 // was seen before, is the key forgotten since: it holds nothing (ballot 0)
-// where a value at a real ballot was. A voter drops a register only once
-// every voter was seen holding it free at one ballot, above every value it
-// held before, so the empty register is newer than every state at a real
-// ballot, not older (design.md R82).
+// where a value at a real ballot was; newer, not older, than every state
+// at a real ballot (design.md R82; see the top of the file).
 func forgottenSince(was, now Ballot) bool { return now.IsZero() && !was.IsZero() }
 
 // evaluate reports the key's state if the voters settle it, and otherwise
@@ -610,10 +586,10 @@ func (p *Proposer) observeReadDone(o *observation, res OpResult) {
 		// A read that began after the last state was reported finds a
 		// state at least as new (it is linearizable). Of another content
 		// under a ballot not above that state's, it is newer all the same:
-		// the voters lost their state since (a majority at once: DESIGN
-		// §3.2) and their ballots began again lower. Without this the
+		// the voters lost their state since (a majority at once) and their
+		// ballots began again lower (design.md R81). Without this the
 		// observer refused every later state, at lower ballots, and showed
-		// a released lease held for good (TestObserverAfterMajorityLoss).
+		// a released lease held for good.
 		newer := o.emitted && o.readEmits == o.emits && !sameContent(st.Value, o.last.Value) &&
 			!o.last.Ballot.Less(st.Ballot) && p.rules.supersedes(o.last.Ballot, st.Ballot, true)
 		if newer {

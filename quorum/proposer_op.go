@@ -5,6 +5,14 @@ import (
 	"time"
 )
 
+// The round engine, second half: an operation around its rounds. It waits
+// for its key's slot; a won prepare is decided by the operation's change
+// function (each in its operation's file) and accepted, or concluded
+// without a write; a lost or silent round is retried after a backoff; at
+// its deadline the operation gives up; finish reports it and starts the
+// next on the key. Timers drive the rest.
+
+// newOp makes an operation of kind on ks's key, to give up at deadline.
 func (p *Proposer) newOp(ks *keyState, kind opKind, deadline time.Duration) *op {
 	ks = p.attach(ks)
 	p.nextOp++

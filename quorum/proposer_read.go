@@ -2,6 +2,9 @@ package quorum
 
 import "time"
 
+// Reads: peeks first, and a prepare and a write-back when the peeks do not
+// show a chosen value (design.md R15, R16, R84).
+
 // Read learns key's register by a majority round, linearizably. The result
 // comes through Ready: ReadDone or NoQuorum.
 func (p *Proposer) Read(key string, deadline time.Duration) (OpID, error) {
@@ -159,11 +162,11 @@ func readVotes(x *op, info []reply) (int, bool) {
 // hi began a lease period (base.Lease): each of them started its timer on
 // accepting hi, so each answered after the holder's deadline for that
 // period, and a renewal after it that succeeded would have reached one of
-// them first (the proof of rule O4, proposer_observe.go). At a write-back's
+// them first (as for an observer: design.md R83). At a write-back's
 // ballot, voters that never timed the grant answer "no timer" at any time,
 // and a renewal through other voters may succeed after they answer: the
 // read writes the value back instead, which no renewal it missed lets
-// through (proposer_change.go, kindRead).
+// through (readChange; design.md R84).
 func readSettlesLive(base Value, hi Ballot, live bool) bool {
 	return live || !base.Held || hi == base.Lease
 }

@@ -6,6 +6,9 @@ import (
 	"time"
 )
 
+// Releasing a lease (design.md R13, R25), and cleanups: freeing the grants
+// to this node that no lease of it stands for (R31, R33).
+
 // Release ends this node's lease on key with the given epoch and frees the
 // key. The lease ends locally at once (no renewal, no loss report), then the
 // result comes through Ready: Released, NotHeld or NoQuorum. Rounds that

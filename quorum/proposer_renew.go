@@ -2,6 +2,11 @@ package quorum
 
 import "time"
 
+// Leases held: installed by a grant, renewed in batches (design.md R13,
+// R22, R26), reported lost before their deadline.
+
+// installLease makes this node the holder of a lease of epoch on ks's key,
+// until deadline unless renewed.
 func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.Duration, opts AcquireOptions) {
 	l := &heldLease{epoch: epoch, deadline: deadline, opts: p.leaseOptions(opts)}
 	ks.lease = l

@@ -5,6 +5,11 @@ import (
 	"time"
 )
 
+// The round engine, first half: a round of an operation starts (straight
+// to accept on the fast path, else peeks or a prepare at a new ballot), its
+// requests go out, and the voters' answers are counted, once per voter,
+// until the round is won or lost. proposer_op.go takes it from there.
+
 // startRound begins a round of x: straight to accept when the fast path
 // holds, else a prepare with a fresh ballot.
 func (p *Proposer) startRound(x *op) {
@@ -117,6 +122,10 @@ func (p *Proposer) newRound(x *op) {
 	}
 	p.arm(timer{at: x.phaseAt + wait, kind: timerRound, on: x, gen: x.timerGen})
 }
+
+// voters is the configuration whose majority decides a round: the
+// proposer's voters, whatever gossip believes alive (design.md R1).
+func (p *Proposer) voters() Membership { return p.m }
 
 // roundTimer is how long a renewal waits for its majority before it is
 // tried again: RoundTimeout, or longer when phases have been taking longer

@@ -106,7 +106,7 @@ type proposerRules struct {
 
 // defaultProposerRules are the protocol's rules.
 var defaultProposerRules = proposerRules{
-	quorum:           (*Proposer).Membership,
+	quorum:           (*Proposer).voters,
 	countVote:        (*tally).add,
 	ballotCounter:    (*Proposer).nextCounter,
 	lockingGrant:     lockingGrant,

@@ -6,6 +6,11 @@ import (
 	"time"
 )
 
+// The proposer's types: what its callers pass and get back (options,
+// results, lease events, observed states), and what it keeps: an operation
+// in progress (op), a key's state (keyState) with its fast path and its
+// waiters, a lease held, a timer.
+
 // OpID names an operation of one proposer.
 type OpID uint64
 
@@ -218,6 +223,28 @@ type ProposerReady struct {
 	Lists  []CatchUpRequest
 	// Changes are states of observed keys (Observe).
 	Changes []KeyChange
+}
+
+// KeyChange is a state of an observed key as a majority of voters holds it.
+type KeyChange struct {
+	Key string
+	// Value is the register's value: free, or held by Holder (HolderInc)
+	// under Epoch, with the holder's Data.
+	Value Value
+	// Live: Value is held and its lease is not known to have ended (a
+	// majority of voters report its timer run out at one ballot that
+	// began a lease period: see the top of proposer_observe.go).
+	Live bool
+	// Ballot orders the states of a key: a state of another content comes
+	// with a higher one.
+	Ballot Ballot
+	// Remaining is the longest time a voter reported the lease still had
+	// to run, on its own clock, when it reported (zero if not live).
+	Remaining time.Duration
+	// Round is the registration round (Proposer.Observe) that this state is
+	// at least as new as: a majority answered it, or a read began after it
+	// was sent.
+	Round uint64
 }
 
 type opKind uint8
