@@ -24,10 +24,6 @@ type proposerRules struct {
 	// acquire that builds on base, and the grant that locks: only a timer
 	// of base's grant does (design.md R10).
 	lockingGrant func(timed, base Value) (Value, bool)
-	// parksBehind says whether an acquire that a prepare round's answers
-	// find locked by base's grant parks behind it without a ballot: only a
-	// grant that will end (design.md R29).
-	parksBehind func(p *Proposer, x *op, base Value, hi Ballot, info []reply) bool
 	// writtenBackEpoch is the epoch a read reports once its write-back is
 	// chosen (design.md R16).
 	writtenBackEpoch func(x *op) uint64
@@ -42,6 +38,10 @@ type proposerRules struct {
 	// fastPathOnAdopt is what adopting a configuration does to ks's fast
 	// path: it is dropped (design.md R24).
 	fastPathOnAdopt func(p *Proposer, ks *keyState)
+	// parksBehind says whether an acquire that a prepare round's answers
+	// find locked by base's grant parks behind it without a ballot: only a
+	// grant that will end (design.md R29).
+	parksBehind func(p *Proposer, x *op, base Value, hi Ballot, info []reply) bool
 	// nextEpoch is a new grant's fencing token: above every epoch heard,
 	// and at least the wall clock in microseconds (design.md R11, R34).
 	nextEpoch func(p *Proposer, maxSeen uint64) uint64
@@ -79,11 +79,6 @@ type proposerRules struct {
 	// where no other holder's lease runs: an acquire's (design.md R27),
 	// and a sweep's write-back (design.md R76).
 	asksIfFree func(x *op) bool
-	// readSettlesLive says whether a read may report base, which a
-	// majority accepted at hi, live or not as their timers say (live):
-	// an ended lease only at a ballot that began a lease period
-	// (design.md R84).
-	readSettlesLive func(base Value, hi Ballot, live bool) bool
 	// settled is the value, and its ballot, that an observation's reports
 	// settle, if they do: what a majority agrees on (design.md R80).
 	settled func(p *Proposer, o *observation) (Value, Ballot, bool)
@@ -98,6 +93,11 @@ type proposerRules struct {
 	// v's grant ended: a majority's timers run out at one ballot that
 	// began a lease period (design.md R83).
 	leaseEnded func(p *Proposer, o *observation, v Value) bool
+	// readSettlesLive says whether a read may report base, which a
+	// majority accepted at hi, live or not as their timers say (live):
+	// an ended lease only at a ballot that began a lease period
+	// (design.md R84).
+	readSettlesLive func(base Value, hi Ballot, live bool) bool
 	// laterLife says whether inc, another life of the voter that made
 	// the report had, answering registration round round, is a later one,
 	// when that is known (design.md R85).
@@ -110,11 +110,11 @@ var defaultProposerRules = proposerRules{
 	countVote:        (*tally).add,
 	ballotCounter:    (*Proposer).nextCounter,
 	lockingGrant:     lockingGrant,
-	parksBehind:      (*Proposer).parksBehind,
 	writtenBackEpoch: writtenBackEpoch,
 	holderStart:      holderStart,
 	acceptInc:        (*Proposer).acceptInc,
 	fastPathOnAdopt:  (*Proposer).dropFast,
+	parksBehind:      (*Proposer).parksBehind,
 	nextEpoch:        (*Proposer).nextEpoch,
 	listingsNeeded:   (*changeOp).listingsNeeded,
 	movedTTL:         (*Proposer).movedTTL,
@@ -126,10 +126,10 @@ var defaultProposerRules = proposerRules{
 	freesExpired:     (*Proposer).mayFreeExpired,
 	sweepYields:      timesALease,
 	asksIfFree:       asksIfFree,
-	readSettlesLive:  readSettlesLive,
 	settled:          (*Proposer).settledByMajority,
 	supersedes:       supersedes,
 	forgotten:        forgottenSince,
 	leaseEnded:       (*Proposer).leaseEnded,
+	readSettlesLive:  readSettlesLive,
 	laterLife:        laterLifeByRounds,
 }

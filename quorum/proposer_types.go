@@ -247,6 +247,7 @@ type KeyChange struct {
 	Round uint64
 }
 
+// opKind is what an operation does.
 type opKind uint8
 
 const (
@@ -276,6 +277,7 @@ const (
 // outcomeLost is an internal outcome: a renewal found its grant gone.
 const outcomeLost Outcome = 100
 
+// phase is where an operation stands.
 type phase uint8
 
 const (
@@ -600,8 +602,7 @@ type idleKey struct {
 	seq uint32
 }
 
-// timers
-
+// timerKind is what a timer is for.
 type timerKind uint8
 
 const (
@@ -614,6 +615,9 @@ const (
 	timerObserve
 )
 
+// timer is one of the proposer's timers: when it fires, what for, and the
+// generation of what it is for that it was armed in (a later one makes it
+// stale).
 type timer struct {
 	at   time.Duration
 	seq  uint64
