@@ -413,7 +413,9 @@ func runMissedRelease(t *testing.T, fault bool) {
 	c.cut["c"] = false
 	c.advance(2 * scTTL)
 	p2 := c.node("p2").prop
-	p2.faults.sweepNeedsEveryFree = fault
+	if fault {
+		breakRules(p2, sweepNeedsEveryFree)
+	}
 	mark := len(c.waves)
 	for i := 0; i < 5 && votersKeepingK(c) > 0; i++ {
 		p2.forget("k")

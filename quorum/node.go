@@ -92,7 +92,7 @@ type NodeConfig struct {
 // nodeFaults are the rules a test breaks on purpose in every proposer and
 // acceptor the node makes.
 type nodeFaults struct {
-	prop proposerFaults
+	prop func(*proposerRules)
 	acc  acceptorFaults
 }
 
@@ -259,12 +259,11 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	p, err := NewProposer(ProposerConfig{
 		ID: cfg.ID, Incarnation: cfg.Incarnation, Membership: cfg.Membership, Clock: cfg.Clock,
 		Rand: cfg.Rand, RoundTimeout: cfg.RoundTimeout, Backoff: cfg.Backoff, Drift: cfg.Drift,
-		CleanupTimeout: cfg.CleanupTimeout, MaxIdleKeys: cfg.MaxIdleKeys,
+		CleanupTimeout: cfg.CleanupTimeout, MaxIdleKeys: cfg.MaxIdleKeys, rules: cfg.faults.prop,
 	})
 	if err != nil {
 		return nil, err
 	}
-	p.faults = cfg.faults.prop
 	n := &Node{cfg: cfg, id: cfg.ID, inc: cfg.Incarnation, prop: p, m: cfg.Membership.clone(), changed: true}
 	n.voter = n.m.IsVoter(n.id)
 	if err := n.maybeVote(); err != nil {

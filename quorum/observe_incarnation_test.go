@@ -135,7 +135,9 @@ func TestObserverOrdersLivesByRounds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.faults.observeIncOrder = fault
+			if fault {
+				breakRules(p, observeIncOrder)
+			}
 			if _, err := p.Observe("k", time.Second); err != nil {
 				t.Fatal(err)
 			}

@@ -10,7 +10,8 @@ import (
 // Op.Observe), and the voters push what they hold whenever it changes
 // (observe_voter.go). A push is one voter's word, and an accept at one
 // voter is not a decision, so the proposer keeps the latest report of each
-// voter and reports a state (a KeyChange) only when the voters settle it:
+// voter and reports a state (a KeyChange) only when the voters settle it
+// (design.md R80):
 //
 //   - a majority reports one accepted ballot, and the highest ballot any
 //     voter reports shows the same holder, token, value and freedom: that
@@ -25,82 +26,59 @@ import (
 // (a linearizable read: a majority's agreement, or a write-back that makes
 // the highest value chosen) and reports what the read found.
 //
-// A held value is live until its lease is seen ended (rule O4): a
+// A held value is live until its lease is seen ended (design.md R83): a
 // majority of voters report the grant accepted at one ballot B, as the
 // write that began a lease period (B is the value's Lease: each of them
-// accepted it itself, not as a copy or a write-back, and started its
-// timer then), with that timer run out (each pushes when it does). Each
-// of them says so after the holder's deadline for the period B began,
-// which its timer outlasts. A renewal after B that succeeded was accepted
-// by a majority before the holder's deadline at the time, which is no
-// later; that majority meets this one in a voter that had accepted the
-// renewal's higher ballot before it reported, and would have reported
-// that, not B. So no renewal after B succeeded, every period before it
-// ended by its deadline, and the holder's lease had ended before any of
-// these reports was made: however old they are, they settle it. Reports
-// at different ballots never add up: a voter's word that its timer ran
-// out may predate its accepting a later renewal, whose push (renewals
-// are not pushed; a timer started again is) was lost or cut off, while
-// the holder renews through others (TestObserveExpiryNeedsOneBallot).
-// Nor do copies and write-backs: their voters may never have timed the
-// grant. When a majority reports its timer run out but not at one
-// ballot (a holder that crashed in the middle of renewals leaves its
+// accepted it itself, not as a copy or a write-back, and started its timer
+// then), with that timer run out (each pushes when it does). Each of them
+// says so after the holder's deadline for the period B began, which its
+// timer outlasts. A renewal after B that succeeded was accepted by a
+// majority before the holder's deadline at the time, which is no later;
+// that majority meets this one in a voter that had accepted the renewal's
+// higher ballot before it reported, and would have reported that, not B. So
+// no renewal after B succeeded, every period before it ended by its
+// deadline, and the holder's lease had ended before any of these reports
+// was made: however old they are, they settle it. Reports at different
+// ballots never add up: a voter's word that its timer ran out may predate
+// its accepting a later renewal, whose push (renewals are not pushed; a
+// timer started again is) was lost or cut off, while the holder renews
+// through others. Nor do copies and write-backs: their voters may never
+// have timed the grant. When a majority reports its timer run out but not
+// at one ballot (a holder that crashed in the middle of renewals leaves its
 // voters at different ones), the proposer reads the key, again each time
 // they say more; a read concludes as above, or from a write-back that no
 // renewal it missed lets through (readSettlesLive).
 //
-// States are reported in order: a later state of another content has a
-// higher ballot, and a state of the same content only goes from live to
-// not live (or back to live by a later ballot: a renewal that landed
-// late). States in between may be skipped; the last one is never stale
-// for long: every change is pushed by the voters that accept it, and lost
-// pushes are made good by registering again, every refresh interval and a
-// round timeout after a held lease should have run out.
+// States are reported in order (design.md R81): a later state of another
+// content has a higher ballot, and a state of the same content only goes
+// from live to not live (or back to live by a later ballot: a renewal that
+// landed late). States in between may be skipped; the last one is never
+// stale for long: every change is pushed by the voters that accept it, and
+// lost pushes are made good by registering again, every refresh interval
+// and a round timeout after a held lease should have run out (design.md
+// R86).
 //
-// A key the voters forgot (acceptor_registers.go) answers as an empty
-// register, at ballot 0: below every state at a real ballot, though it
-// is newer than all of them. A voter drops a register only once every
-// voter was seen holding it free at one ballot, above every value it
+// A key the voters forgot (acceptor_registers.go; design.md R82) answers as
+// an empty register, at ballot 0: below every state at a real ballot,
+// though it is newer than all of them. A voter drops a register only once
+// every voter was seen holding it free at one ballot, above every value it
 // held before, with no timer running; so a voter whose answer to a
 // registration holds nothing where it had reported a value forgot the key
 // since (or lost its state), and reports that settle on an empty register
-// (after a new configuration, whose voters' reports begin again) show a
-// key forgotten or never written. The proposer then reads the key; a
-// read of an observer that last reported the key held does not conclude
-// from a majority holding nothing: it prepares, and reports the empty register
-// at the ballot the majority promised. Every value chosen before the
-// promises is below that ballot (a voter of its majority is among them),
-// every value chosen after is above it, so the key is reported free after
-// the held state and before any later grant; and free it is, as an
-// acquire on those answers would find it. Taking the empty answers for
-// older instead left an observer that missed the release push reporting
-// the key held, and live, for good (TestObserveForgottenKeyAfterAMissed-
-// Release).
+// (after a new configuration, whose voters' reports begin again) show a key
+// forgotten or never written. The proposer then reads the key; a read of an
+// observer that last reported the key held does not conclude from a
+// majority holding nothing: it prepares, and reports the empty register at
+// the ballot the majority promised. Every value chosen before the promises
+// is below that ballot (a voter of its majority is among them), every value
+// chosen after is above it, so the key is reported free after the held
+// state and before any later grant; and free it is, as an acquire on those
+// answers would find it. Taking the empty answers for older instead left an
+// observer that missed the release push reporting the key held, and live,
+// for good.
 //
 // Registrations expire at the voters (three refresh intervals after the
 // last), so a node that forgets to unobserve costs them little.
-
-// KeyChange is a state of an observed key as a majority of voters holds it.
-type KeyChange struct {
-	Key string
-	// Value is the register's value: free, or held by Holder (HolderInc)
-	// under Epoch, with the holder's Data.
-	Value Value
-	// Live: Value is held and its lease is not known to have ended (a
-	// majority of voters report its timer run out at one ballot that
-	// began a lease period: see the top of proposer_observe.go).
-	Live bool
-	// Ballot orders the states of a key: a state of another content comes
-	// with a higher one.
-	Ballot Ballot
-	// Remaining is the longest time a voter reported the lease still had
-	// to run, on its own clock, when it reported (zero if not live).
-	Remaining time.Duration
-	// Round is the registration round (Proposer.Observe) that this state is
-	// at least as new as: a majority answered it, or a read began after it
-	// was sent.
-	Round uint64
-}
 
 // observation is one observed key at this proposer.
 type observation struct {
@@ -226,25 +204,26 @@ func (p *Proposer) observeAnswer(o *observation, from NodeID, inc uint64, res *R
 	if res.ID != o.rids[0] {
 		round--
 	}
-	if r, ok := o.reports[from]; ok && inc != 0 && r.inc != 0 && inc != r.inc && round <= r.incRound && !p.faults.observeIncOrder {
-		// Another life of the voter than the one it heard from answers a
-		// round sent before it heard from that one: perhaps a late answer
-		// of an earlier life. Its word is not taken; a round sent from now
-		// on settles which is later (see report).
-		if o.round <= r.incRound {
-			p.observeRound(o)
+	if r, ok := o.reports[from]; ok && inc != 0 && inc != r.inc {
+		if _, known := p.rules.laterLife(r, inc, round); !known {
+			// Another life of the voter than the one it heard from
+			// answers a round sent before it heard from that one: perhaps
+			// a late answer of an earlier life. Its word is not taken; a
+			// round sent from now on settles which is later (see report).
+			if o.round <= r.incRound {
+				p.observeRound(o)
+			}
+			return
 		}
-		return
 	}
-	if r, ok := o.reports[from]; ok && res.Accepted.IsZero() && !r.accepted.IsZero() && res.ID == o.rids[0] &&
-		!p.faults.observeForgottenHeld {
+	if r, ok := o.reports[from]; ok && res.ID == o.rids[0] && p.rules.forgotten(r.accepted, res.Accepted) {
 		// The voter holds nothing of the key any more, having reported
 		// a value: it forgot the register (or lost its state). That is
 		// its word now; what the key's state is, a read decides.
 		delete(o.reports, from)
 		o.forgot = true
 	}
-	p.report(o, from, inc, res.Accepted, res.Value, res.Remaining, res.Copy)
+	p.report(o, from, inc, round, res.Accepted, res.Value, res.Remaining, res.Copy)
 	if res.ID == o.rids[0] && !o.answered[from] {
 		o.answered[from] = true
 		if len(o.answered) >= p.m.Majority() {
@@ -265,47 +244,45 @@ func (p *Proposer) handleChanges(n *Notify) {
 		if o == nil || o.cfg != n.Config {
 			continue // no longer observed here: the registration lapses
 		}
-		p.report(o, n.From, 0, c.Accepted, c.Value, c.Remaining, c.Copy)
+		p.report(o, n.From, 0, 0, c.Accepted, c.Value, c.Remaining, c.Copy)
 		p.evaluate(o)
 	}
 }
 
 // report keeps a voter's word unless it is older than what it said before.
-// inc is the incarnation of the voter that answered a registration (zero
-// for a push, which comes from the life that took the registration).
+// inc is the incarnation of the voter that answered registration round
+// round (zero for a push, which comes from the life that took the
+// registration).
 //
 // Which of two lives of a voter is the later is not told by their
 // incarnations: a node takes its incarnation from its wall clock at start,
 // and a clock set back across a restart gives a later life a lower one
 // (the observer then took a later life's word, after a majority lost its
-// state, for a late message, and kept showing a released lease held:
-// TestObserverAfterMajorityLossWithClocksSetBack). It is told by the
-// rounds. Lives of one name run one after the other, and life L answered
-// this observer (incRound: the rounds sent before it first did), so L was
-// up when it sent that answer; a life that answers a round sent after the
-// answer arrived was up later still: L, or a life after L. Another
-// incarnation is then a later life, and its word stands, at a lower
-// ballot too. One that answers a round sent before may have answered
-// before L started, its answer late: observeAnswer does not take it, and
-// registers again. A push names no life: it comes from the life that took
-// the registration, taken for the one this observer heard from last (a
-// report a push made names none, and the first answer names it).
-func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ballot, v Value, remaining time.Duration, copied bool) {
+// state, for a late message, and kept showing a released lease held). It
+// is told by the rounds (laterLifeByRounds; design.md R85). A push names no
+// life: it comes from the life that took the registration, taken for the
+// one this observer heard from last (a report a push made names none, and
+// the first answer names it).
+func (p *Proposer) report(o *observation, from NodeID, inc, round uint64, accepted Ballot, v Value, remaining time.Duration, copied bool) {
 	r, ok := o.reports[from]
-	later := ok && inc != 0 && inc != r.inc // another life, later (observeAnswer)
+	other := ok && inc != 0 && inc != r.inc // another life (observeAnswer took it for a later one)
 	if ok && accepted.Less(r.accepted) {
-		if !later || (p.faults.observeIncOrder && inc < r.inc) || p.faults.observeKeepsBallots {
+		later := false
+		if other {
+			later, _ = p.rules.laterLife(r, inc, round)
+		}
+		if !p.rules.supersedes(r.accepted, accepted, later) {
 			return // a late message of the life that said more
 		}
 		// A later life of the voter answers under a lower ballot than it
 		// reported before: it lost its state (within a life, ballots never
 		// go down), and so, perhaps, did a majority, after which the key's
-		// states come under ballots lower than those reported (DESIGN
-		// §3.2). Its word stands; a read says what the state is.
+		// states come under ballots lower than those reported (design.md
+		// R81). Its word stands; a read says what the state is.
 		o.lost = true
 	}
 	incRound := r.incRound
-	if !ok || later {
+	if !ok || other {
 		incRound = o.round // first heard from this life now
 	}
 	if inc == 0 && ok {
@@ -315,6 +292,36 @@ func (p *Proposer) report(o *observation, from NodeID, inc uint64, accepted Ball
 		copy: copied, inc: inc, incRound: incRound}
 }
 
+// laterLifeByRounds reports whether inc, another life of the voter that
+// made the report had, is a later life than had's, when that is known
+// (design.md R85). Lives of one name run one after the other, and had's
+// life L answered this observer (incRound: the rounds sent before it first
+// did), so L was up when it sent that answer; a life that answers a round
+// sent after the answer arrived was up later still: L, or a life after L.
+// Another incarnation is then a later life, and its word stands, at a
+// lower ballot too. One that answers a round sent before may have
+// answered before L started, its answer late: not known. A report that
+// names no life (a push's) is had's life's word, and any named one later.
+func laterLifeByRounds(had obsReport, inc, round uint64) (later, known bool) {
+	if had.inc == 0 || round > had.incRound {
+		return true, true
+	}
+	return false, false
+}
+
+// supersedes reports whether a state at ballot now is newer than one at
+// was: a later ballot is; so is a later word at any ballot (a later life
+// of a voter, a read begun after was was reported), after which the
+// voters' ballots may have begun again lower, having lost their state
+// (design.md R81).
+func supersedes(was, now Ballot, later bool) bool { return later || was.Less(now) }
+
+// forgottenSince reports whether a register at ballot now, where one at was
+// was seen before, is the key forgotten since: it holds nothing (ballot 0)
+// where a value at a real ballot was; newer, not older, than every state
+// at a real ballot (design.md R82; see the top of the file).
+func forgottenSince(was, now Ballot) bool { return now.IsZero() && !was.IsZero() }
+
 // evaluate reports the key's state if the voters settle it, and otherwise
 // arranges to find out.
 func (p *Proposer) evaluate(o *observation) {
@@ -323,7 +330,7 @@ func (p *Proposer) evaluate(o *observation) {
 	}
 	now := p.clock.Now()
 	st, ok := p.settle(o)
-	if ok && st.Ballot.IsZero() && !st.Value.Held && !p.faults.observeForgottenHeld {
+	if ok && !st.Value.Held && p.rules.forgotten(o.last.Ballot, st.Ballot) {
 		// A majority holds nothing of the key, and no voter more (the
 		// reports began again in a new configuration, say): forgotten,
 		// if it was held.
@@ -355,6 +362,30 @@ func (p *Proposer) evaluate(o *observation) {
 
 // settle is the state the voters' reports settle, if they do.
 func (p *Proposer) settle(o *observation) (KeyChange, bool) {
+	var st KeyChange
+	var ok bool
+	if st.Value, st.Ballot, ok = p.rules.settled(p, o); !ok {
+		return KeyChange{}, false
+	}
+	if st.Value.Held {
+		for _, id := range p.m.Voters {
+			if r, ok := o.reports[id]; ok && r.live && r.value.sameGrant(st.Value) {
+				st.Remaining = max(st.Remaining, r.remaining)
+			}
+		}
+		st.Live = !p.rules.leaseEnded(p, o, st.Value)
+		if !st.Live {
+			st.Remaining = 0
+		}
+	}
+	return st, true
+}
+
+// settledByMajority is the value, and its ballot, that the voters'
+// reports settle (design.md R80): a majority reports it accepted at one
+// ballot, none as a copy, and the highest report shows its content; or
+// every voter that reported, a majority, shows the state reported last.
+func (p *Proposer) settledByMajority(o *observation) (Value, Ballot, bool) {
 	q := p.m.Majority()
 	var (
 		hi      obsReport
@@ -390,7 +421,6 @@ func (p *Proposer) settle(o *observation) (KeyChange, bool) {
 			nb++
 		}
 	}
-	var st KeyChange
 	chosen := -1
 	for i := 0; i < nb; i++ {
 		if ballots[i].n >= q && (chosen < 0 || ballots[chosen].b.Less(ballots[i].b)) {
@@ -398,31 +428,16 @@ func (p *Proposer) settle(o *observation) (KeyChange, bool) {
 		}
 	}
 	switch {
-	case p.faults.observeHighest && present > 0:
-		st.Value, st.Ballot = hi.value, hi.accepted
 	case chosen >= 0 && sameContent(ballots[chosen].v, hi.value):
-		st.Value, st.Ballot = ballots[chosen].v, ballots[chosen].b
+		return ballots[chosen].v, ballots[chosen].b, true
 	case o.emitted && present >= q && p.allShow(o, o.last.Value):
-		st.Value, st.Ballot = o.last.Value, o.last.Ballot
-	default:
-		return KeyChange{}, false
+		return o.last.Value, o.last.Ballot, true
 	}
-	if st.Value.Held {
-		for _, id := range p.m.Voters {
-			if r, ok := o.reports[id]; ok && r.live && r.value.sameGrant(st.Value) {
-				st.Remaining = max(st.Remaining, r.remaining)
-			}
-		}
-		st.Live = !p.leaseEnded(o, st.Value)
-		if !st.Live {
-			st.Remaining = 0
-		}
-	}
-	return st, true
+	return Value{}, Ballot{}, false
 }
 
 // leaseEnded reports whether the voters' reports show the lease of v's
-// grant ended (rule O4): a majority of them report the grant accepted at
+// grant ended (design.md R83): a majority of them report the grant accepted at
 // one ballot B, as the write that began a lease period (v.Lease is B:
 // each accepted it itself and started its timer then; a copy, or a
 // write-back at a later ballot, may have no timer of it), with that timer
@@ -432,12 +447,12 @@ func (p *Proposer) leaseEnded(o *observation, v Value) bool {
 	q := p.m.Majority()
 	for i, id := range p.m.Voters {
 		r, ok := o.reports[id]
-		if !ok || !p.endsLease(r, v) {
+		if !ok || !endsLease(r, v) {
 			continue
 		}
 		n := 1
 		for _, other := range p.m.Voters[i+1:] {
-			if s, ok := o.reports[other]; ok && p.endsLease(s, v) && (s.accepted == r.accepted || p.faults.observeAnyBallotExpiry) {
+			if s, ok := o.reports[other]; ok && endsLease(s, v) && s.accepted == r.accepted {
 				n++
 			}
 		}
@@ -450,10 +465,7 @@ func (p *Proposer) leaseEnded(o *observation, v Value) bool {
 
 // endsLease reports whether r is a voter's word that its timer of v's
 // grant ran out, at a ballot that began a lease period there.
-func (p *Proposer) endsLease(r obsReport, v Value) bool {
-	if p.faults.observeAnyBallotExpiry {
-		return !r.live && r.value.sameGrant(v) // any report, at any ballot
-	}
+func endsLease(r obsReport, v Value) bool {
 	return !r.live && !r.copy && r.value.sameGrant(v) && r.accepted == r.value.Lease
 }
 
@@ -513,7 +525,7 @@ func (p *Proposer) offer(o *observation, st KeyChange, round uint64, newer bool)
 		default:
 			// Another value, or the same lease live again (a renewal that
 			// landed after the timers ran out): only by a later ballot.
-			if !o.last.Ballot.Less(st.Ballot) && !newer {
+			if !p.rules.supersedes(o.last.Ballot, st.Ballot, newer) {
 				return
 			}
 		}
@@ -543,7 +555,7 @@ func (p *Proposer) observeRead(o *observation) {
 	// A key this observer saw held that a majority holds nothing of now
 	// was forgotten since: the read reports it at a ballot it prepared,
 	// which orders it after that state (see the top of the file).
-	x.readOrder = o.emitted && o.last.Value.Held && !p.faults.observeForgottenHeld
+	x.readOrder = o.emitted && o.last.Value.Held && p.rules.forgotten(o.last.Ballot, Ballot{})
 	o.read, o.readRound, o.readEmits, o.readAt = x, o.round, o.emits, p.clock.Now()
 	o.lost = false
 }
@@ -574,12 +586,12 @@ func (p *Proposer) observeReadDone(o *observation, res OpResult) {
 		// A read that began after the last state was reported finds a
 		// state at least as new (it is linearizable). Of another content
 		// under a ballot not above that state's, it is newer all the same:
-		// the voters lost their state since (a majority at once: DESIGN
-		// §3.2) and their ballots began again lower. Without this the
+		// the voters lost their state since (a majority at once) and their
+		// ballots began again lower (design.md R81). Without this the
 		// observer refused every later state, at lower ballots, and showed
-		// a released lease held for good (TestObserverAfterMajorityLoss).
+		// a released lease held for good.
 		newer := o.emitted && o.readEmits == o.emits && !sameContent(st.Value, o.last.Value) &&
-			!o.last.Ballot.Less(st.Ballot) && !p.faults.observeKeepsBallots
+			!o.last.Ballot.Less(st.Ballot) && p.rules.supersedes(o.last.Ballot, st.Ballot, true)
 		if newer {
 			// The voters' earlier word is of before the loss, at ballots
 			// above what they say now: take it afresh.

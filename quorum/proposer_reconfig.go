@@ -270,12 +270,7 @@ func (p *Proposer) changeList(c *changeOp) {
 		p.askList(c, lp, now)
 	}
 	p.armChange(c, now+p.cfg.RoundTimeout)
-	if p.faults.skipMigration {
-		c.peers = nil
-		c.stage = stMigrate
-		c.gen++
-		p.changeMigrate(c)
-	}
+	p.maybeMigrate(c)
 }
 
 func (p *Proposer) askList(c *changeOp, lp *listPeer, now time.Duration) {
@@ -338,26 +333,37 @@ func (p *Proposer) HandleListResponse(resp *CatchUpResponse) {
 		return
 	}
 	lp.done = true
+	p.maybeMigrate(c)
+}
+
+// maybeMigrate starts moving the keys listed once enough of the old voters
+// have listed theirs (listingsNeeded).
+func (p *Proposer) maybeMigrate(c *changeOp) {
 	done := 0
 	for _, q := range c.peers {
 		if q.done {
 			done++
 		}
 	}
-	// A majority of the old voters, each no longer voting in the old
-	// configuration, meets every majority that chose a value there.
-	if done >= len(c.target.Prev)/2+1 || (p.faults.listFromOne && done >= 1) {
-		c.order = make([]string, 0, len(c.keys))
-		for k := range c.keys {
-			c.order = append(c.order, k)
-		}
-		slices.Sort(c.order)
-		c.keys = nil
-		c.stage = stMigrate
-		c.gen++ // no more listing retries
-		p.changeMigrate(c)
+	if done < p.rules.listingsNeeded(c) {
+		return
 	}
+	c.order = make([]string, 0, len(c.keys))
+	for k := range c.keys {
+		c.order = append(c.order, k)
+	}
+	slices.Sort(c.order)
+	c.keys = nil
+	c.stage = stMigrate
+	c.gen++ // no more listing retries
+	p.changeMigrate(c)
 }
+
+// listingsNeeded is how many old voters must list their keys before c
+// moves them: a majority of the old voters, each no longer voting in the
+// old configuration, meets every majority that chose a value there
+// (design.md R62), so every key chosen there moves (design.md R61).
+func (c *changeOp) listingsNeeded() int { return len(c.target.Prev)/2 + 1 }
 
 // changeMigrate keeps up to maxMigrating keys moving, and settles the
 // configuration once every key has moved.
@@ -431,9 +437,7 @@ func (p *Proposer) Adopt(m Membership) bool {
 	p.out = make([]Request, len(p.m.Voters))
 	p.stats.ConfigChanges++
 	for _, ks := range p.keys {
-		if !p.faults.keepFastOnAdopt {
-			p.dropFast(ks)
-		}
+		p.rules.fastPathOnAdopt(p, ks)
 	}
 	// The rounds in flight, in the order they began.
 	type inFlight struct {
@@ -491,4 +495,132 @@ func (p *Proposer) pushAll(m Membership) {
 			p.pushTo(v)
 		}
 	}
+}
+
+// migrateChange is the change function that moves a key into a new
+// configuration: the value as it is, a lease timed for what is left of it
+// (design.md R61, R63).
+func (p *Proposer) migrateChange(x *op, base Value, replies []reply) (Value, OpResult, bool) {
+	if !base.Held && base.Epoch == 0 && base.Config == nil {
+		return Value{}, OpResult{Outcome: ReadDone}, false // nothing was ever chosen
+	}
+	x.timeLeft = 0
+	if base.Held {
+		x.timeLeft = p.rules.movedTTL(p, base, replies)
+	}
+	if x.timeLeft > 0 {
+		v := base
+		v.TTL = x.timeLeft
+		return v, OpResult{}, true
+	}
+	return base, OpResult{}, true
+}
+
+// movedTTL is how long the new voters of a change time base's lease, which
+// it moves: what is left of it (timeLeft), at most its TTL; 0 if no timer
+// of it runs (design.md R63). A full TTL kept a crashed holder's key
+// blocked up to a TTL longer per change.
+func (p *Proposer) movedTTL(base Value, replies []reply) time.Duration {
+	return min(p.timeLeft(base, replies), base.TTL)
+}
+
+// timeLeft is how long the lease of base may still run, on this node's
+// clock: the longest remaining time a voter of the round reported for the
+// grant, stretched for the worst clock-rate difference, or zero when no
+// timer of it runs. A voter of any majority that accepted the lease's
+// latest period is among the replies (one change apart, majorities of the
+// old and the new voters meet), and its timer outlasts the holder's
+// deadline; the longest stretched remaining time does too.
+func (p *Proposer) timeLeft(base Value, replies []reply) time.Duration {
+	var left time.Duration
+	for i := range replies {
+		if r := &replies[i].res; r.Remaining > 0 && r.Value.sameGrant(base) {
+			left = max(left, r.Remaining)
+		}
+	}
+	if left == 0 {
+		return 0
+	}
+	return time.Duration(float64(left) * (1 + p.cfg.Drift) / (1 - p.cfg.Drift))
+}
+
+// configChange is the change function of a configuration write: compare
+// and set on the configuration read, carrying the epoch floors its voters
+// reported (design.md R58, R64).
+func (p *Proposer) configChange(x *op, base Value, replies []reply) (Value, OpResult, bool) {
+	cur := p.m
+	if base.Config != nil {
+		cur = *base.Config
+	}
+	switch {
+	case p.rules.sameConfig(cur, *x.cfgWrite):
+		// An earlier round of this very write got there: write it
+		// back, so that it is chosen before it is reported (and
+		// adopted as written, whatever floor that round gave it).
+		*x.cfgWrite = cur.clone()
+		return base, OpResult{}, true
+	case cur.ID != x.cfgExpect:
+		// Someone else changed the configuration first.
+		return Value{}, OpResult{Outcome: Locked}, false
+	}
+	p.rules.raiseConfigFloor(x.cfgWrite, replies)
+	w := x.cfgWrite.clone()
+	return Value{Config: &w}, OpResult{}, true
+}
+
+// sameButFloor reports whether a and b are one configuration, perhaps with
+// different epoch floors: two rounds of one write, each raising the floor
+// to what its voters reported (raiseConfigFloor; design.md R64).
+func sameButFloor(a, b Membership) bool {
+	a.EpochFloor = b.EpochFloor
+	return a.Equal(b)
+}
+
+// raiseConfigFloor raises the epoch floor of a configuration write to the
+// highest epoch the voters that answered its round reported (each at least
+// its acceptor's floor, which after a restart from disk is its epoch mark):
+// a voter that lost its registers knows the epochs it accepted only by its
+// mark, and the voters of a later configuration may not include it. A
+// grant of epoch E that lived only at two voters that restarted together
+// was granted again by the voter the next two changes left alone
+// (design.md R64).
+func raiseConfigFloor(write *Membership, replies []reply) {
+	for i := range replies {
+		write.EpochFloor = max(write.EpochFloor, replies[i].res.MaxEpoch)
+	}
+}
+
+// reconfigWritten runs when a majority accepted a step of a voter change:
+// a configuration written, or a key moved.
+func (p *Proposer) reconfigWritten(x *op, res OpResult) {
+	res.Outcome, res.Value = Granted, x.proposed
+	if x.kind == kindMigrate {
+		res.Outcome = ReadDone
+	}
+	p.finish(x, res)
+}
+
+// refusedForNoDisk ends a configuration write that voters refused for want
+// of a disk: they refuse to vote on voter changes, and trying again is no
+// use (design.md R60).
+func (p *Proposer) refusedForNoDisk(x *op) bool {
+	who := noDiskVoters(x.replies)
+	if x.cfgWrite == nil || len(who) == 0 {
+		return false
+	}
+	p.finish(x, OpResult{Outcome: Refused, Unknown: (x.phase == phaseAccept && x.votes.nyes > 0) || x.unknown,
+		Err: fmt.Errorf("%w: voter changes need every voter to keep its state on disk, and %v keep none (set a data directory)", ErrBadChange, who)})
+	return true
+}
+
+// noDiskVoters lists the voters that refused an operation for want of a
+// disk (ReasonNoDisk).
+func noDiskVoters(rs []reply) []NodeID {
+	var who []NodeID
+	for i := range rs {
+		if rs[i].res.Reason == ReasonNoDisk {
+			who = append(who, rs[i].from)
+		}
+	}
+	return who
 }

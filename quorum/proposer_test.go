@@ -82,7 +82,9 @@ func TestProposerAcquireTakesTwoRoundTripsThenOne(t *testing.T) {
 func TestProposerAdoptingAConfigurationDropsFastPaths(t *testing.T) {
 	for _, keep := range []bool{false, true} {
 		c := newTestCluster(t, voters3, "p1")
-		c.node("p1").prop.faults.keepFastOnAdopt = keep
+		if keep {
+			breakRules(c.node("p1").prop, keepFastOnAdopt)
+		}
 		g := c.mustGrant("p1", "k")
 		c.mustRelease("p1", "k", g.Epoch)
 		next := c.m.Next(append(slices.Clone(c.m.Voters), "d"), true, 0)

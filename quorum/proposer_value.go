@@ -36,18 +36,6 @@ func (p *Proposer) Update(key string, epoch uint64, data string, deadline time.D
 	return x.id, nil
 }
 
-// changeUpdate is the change function of an update: the exact grant, this
-// node's of the lease's epoch, with the new data and a fresh lease period.
-func (p *Proposer) changeUpdate(x *op, base Value, mine bool) (Value, OpResult, bool) {
-	l := x.ks.lease
-	if l == nil || l.epoch != x.epoch || !mine || base.Epoch != x.epoch {
-		return Value{}, OpResult{Outcome: NotHeld, Epoch: x.epoch}, false
-	}
-	v := base
-	v.Data, v.TTL, v.Lease = x.data, l.opts.TTL, x.ballot
-	return v, OpResult{}, true
-}
-
 // updated runs when a majority accepted an update: the lease's deadline
 // moves as for a renewal.
 func (p *Proposer) updated(x *op, res OpResult) {
@@ -70,4 +58,17 @@ func (p *Proposer) updated(x *op, res OpResult) {
 	}
 	res.Outcome, res.Deadline = Updated, l.deadline
 	p.finish(x, res)
+}
+
+// updateChange is an update's change function: the exact grant, this
+// node's of the lease's epoch, with the new data and a fresh lease period
+// (design.md R13, R17).
+func (p *Proposer) updateChange(x *op, base Value) (Value, OpResult, bool) {
+	l := x.ks.lease
+	if l == nil || l.epoch != x.epoch || !base.heldBy(p.cfg.ID, p.cfg.Incarnation) || base.Epoch != x.epoch {
+		return Value{}, OpResult{Outcome: NotHeld, Epoch: x.epoch}, false
+	}
+	v := base
+	v.Data, v.TTL, v.Lease = x.data, l.opts.TTL, x.ballot
+	return v, OpResult{}, true
 }

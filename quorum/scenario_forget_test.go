@@ -114,7 +114,9 @@ func TestScenarioReadWritingBackAForgottenKey(t *testing.T) {
 	for _, bug := range []bool{false, true} {
 		c := newTestCluster(t, voters3, "p1", "p3")
 		c.restartProposer("p1", idleOne)
-		c.node("p3").prop.faults.readEmptyEpoch = bug
+		if bug {
+			breakRules(c.node("p3").prop, readEmptyEpoch)
+		}
 		g := c.mustGrant("p1", "k1")
 		c.mustRelease("p1", "k1", g.Epoch)
 		g2 := c.mustGrant("p1", "k2")
@@ -193,7 +195,9 @@ func TestScenarioSweepWritesBackDemotedCopiesThenForgets(t *testing.T) {
 		c.mustRelease("p1", "k", g.Epoch)
 		demoteCopy(c, "c", "k")
 		p2 := c.node("p2").prop
-		p2.faults.noSweepWriteBack = bug
+		if bug {
+			breakRules(p2, noSweepWriteBack)
+		}
 		mark := len(c.waves)
 		p2.forget("k")
 		c.settle()

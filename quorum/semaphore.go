@@ -24,22 +24,13 @@ import (
 type Semaphore struct {
 	Name string
 	N    int
-
-	// extraSlot breaks the rule on purpose (tests only): one slot too
-	// many.
-	extraSlot bool
 }
 
 // MaxSemaphore bounds N: an acquirer may look at every slot.
 const MaxSemaphore = 256
 
 // Slots is how many slots the semaphore has: N.
-func (s Semaphore) Slots() int {
-	if s.extraSlot {
-		return s.N + 1
-	}
-	return s.N
-}
+func (s Semaphore) Slots() int { return s.N }
 
 // Slot is the key of slot i.
 func (s Semaphore) Slot(i int) string { return s.Name + "#" + strconv.Itoa(i) }

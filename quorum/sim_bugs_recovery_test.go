@@ -293,7 +293,7 @@ func restartAfterUnpushedChange(t *testing.T, where, bug string) (*sim, []string
 }
 
 // A configuration write carries the highest epoch the voters that answered
-// its prepare reported (proposer_change.go, kindConfig). Soak seed 816052
+// its prepare reported (raiseConfigFloor). Soak seed 816052
 // with 3 voters: k2's grant of epoch E lived only at n1 and n2, which
 // restarted together (n2 from its disk, its epoch mark above E) while the
 // change removing n1 was pending; the next change left n4 the only voter,

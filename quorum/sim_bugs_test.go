@@ -38,21 +38,22 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// 2,000 runs, first seed 38).
 		f.acc.deafToLongLeases = true
 	case "ballot-reuse":
-		f.acc.equalPrepareOK, f.prop.perKeyBallots = true, true
+		f.acc.equalPrepareOK = true
+		breakProposer(f, perKeyBallots)
 	case "count-messages":
-		f.prop.countMessages = true
+		breakProposer(f, countMessages)
 	case "clock-after-prepare":
-		f.prop.clockAtGrant = true
+		breakProposer(f, clockAtGrant)
 	case "alive-majority":
-		f.prop.aliveMajority = func() []NodeID { return s.reachableVoters(n) }
+		breakProposer(f, aliveMajority(func() []NodeID { return s.reachableVoters(n) }))
 	case "reuse-epoch":
-		f.prop.noEpochFloor = true
+		breakProposer(f, noEpochFloor)
 	case "skip-migration":
-		f.prop.skipMigration = true
+		breakProposer(f, skipMigration)
 	case "any-timer-locks":
-		f.prop.anyTimerLocks = true
+		breakProposer(f, anyTimerLocks)
 	case "fast-path-any-voter":
-		f.prop.fastAnyVoter = true
+		breakProposer(f, fastAnyVoter)
 	case "ignore-reserved":
 		f.acc.ignoreReserved = true
 	case "forget-config":
@@ -140,7 +141,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one
 		// (testdata/scenarios/listing_from_one.txt).
-		f.prop.listFromOne = true
+		breakProposer(f, listFromOne)
 	case "floor-on-majority":
 		// Caught by random runs with aimed restarts
 		// (TestCheckerCatchesFullRestartOnAMajorityAtRandom) and by a
@@ -160,30 +161,31 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Voter and TestCheckerCatchesPendingCatchUpFromNewVotersOnly,
 		// seeds 1-200 with aimedChanges and partitions, and with the
 		// default faults and aimed ones).
-		f.prop.keepFastOnAdopt = true
+		breakProposer(f, keepFastOnAdopt)
 	case "read-empty-epoch":
 		// Caught by a scripted run (TestScenarioReadWritingBackAForgottenKey)
 		// and by the seed that found it.
-		f.prop.readEmptyEpoch = true
+		breakProposer(f, readEmptyEpoch)
 	case "config-without-floors":
 		// Caught by a seeded run (TestCheckerCatchesConfigWithoutFloors).
-		f.prop.configWithoutFloors = true
+		breakProposer(f, configWithoutFloors)
 	case "migrate-full-ttl":
-		f.prop.migrateFullTTL = true
+		breakProposer(f, migrateFullTTL)
 	case "forget-held":
-		f.acc.dropAny, f.prop.forgetAny = true, true
+		f.acc.dropAny = true
+		breakProposer(f, forgetAny)
 	case "forget-on-majority":
-		f.prop.forgetOnMajority = true
+		breakProposer(f, forgetOnMajority)
 	case "forget-evicted-on-majority":
-		f.prop.forgetEvictedOnMajority = true
+		breakProposer(f, forgetEvictedOnMajority)
 	case "no-sweep-write-back":
 		// Shown by a scripted run (TestSweepWritesBackAndForgetsDemotedCopies):
 		// demoted copies are kept for good.
-		f.prop.noSweepWriteBack = true
+		breakProposer(f, noSweepWriteBack)
 	case "sweep-needs-every-free":
 		// Shown by a scripted run (TestSweepForgetsAReleaseOneVoterMissed):
 		// a release one voter missed keeps the key at every voter for good.
-		f.prop.sweepNeedsEveryFree = true
+		breakProposer(f, sweepNeedsEveryFree)
 	case "own-bucket-sweeps":
 		// Shown by the same run: a key whose own voter holds nothing of
 		// it is kept for good by the voters that copied it, and those
@@ -200,35 +202,37 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// (TestSweepFreesAGrantWhoseHolderCrashed): a grant whose
 		// holder crashed without releasing it is kept by every voter for
 		// good.
-		f.acc.keepExpiredGrants, f.prop.keepExpiredGrants = true, true
+		f.acc.keepExpiredGrants = true
+		breakProposer(f, keepExpiredGrants)
 	case "free-live-grants":
 		// Caught by random runs (TestCheckerCatchesFreeingLiveGrants: seed
 		// 2 with 3 voters) and by a scripted one
 		// (TestSweepLeavesALeaseAnyVoterStillTimes): a voter cut off
 		// from a holder that renews through the others frees its lease,
 		// and another node is granted the key inside it (I1).
-		f.acc.freeLiveGrants, f.prop.freeLiveGrants = true, true
+		f.acc.freeLiveGrants = true
+		breakProposer(f, freeLiveGrants)
 	case "forget-while-pending":
 		f.acc.forgetWhilePending = true
 	case "observe-highest":
-		f.prop.observeHighest = true
+		breakProposer(f, observeHighest)
 	case "observe-forgotten-held":
 		// Shown by a scripted run (TestObserveForgottenKeyAfterAMissedRelease):
 		// an observer that missed a release reports the key held for good
 		// once the voters forgot it.
-		f.prop.observeForgottenHeld = true
+		breakProposer(f, observeForgottenHeld)
 	case "observe-keeps-ballots":
 		// Seed 179 with 3 voters (TestObserverAfterMajorityLoss): every
 		// voter crashes without its state, the key is granted and freed
 		// again under lower ballots, and an observer that saw it held
 		// before shows it held for good (O3).
-		f.prop.observeKeepsBallots = true
+		breakProposer(f, observeKeepsBallots)
 	case "observe-any-ballot-expiry":
 		// Caught by a scripted run (TestObserveExpiryNeedsOneBallot) and by
 		// random observer runs (TestCheckerCatchesObserverExpiryAtAnyBallot):
 		// an observer reports a lease ended while its holder renews it
 		// through voters whose word has not reached the observer (O4).
-		f.prop.observeAnyBallotExpiry = true
+		breakProposer(f, observeAnyBallotExpiry)
 	case "read-expiry-at-write-back":
 		// Shown by a scripted run (TestReadExpiryNeedsALeaseBallot): a read
 		// reports a lease ended while its holder renews it (O4). Random
@@ -236,7 +240,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// round more than a Notice apart (the holder renews through one of
 		// them in between, before its lease's notice), and their round
 		// timeout (40 ms) is below the Notice (100 ms).
-		f.prop.readExpiryAtWriteBack = true
+		breakProposer(f, readExpiryAtWriteBack)
 	case "observe-inc-order":
 		// Shown by a scripted run (TestObserverAfterMajorityLossWithClocksSetBack)
 		// and step by step (TestObserverOrdersLivesByRounds): voters that
@@ -247,7 +251,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// (simConfig.WallIncarnations), whose marks keep the ballots after
 		// a majority's loss above those before; without disks, a clock set
 		// back that far would break the tokens' wall-clock floor first.
-		f.prop.observeIncOrder = true
+		breakProposer(f, observeIncOrder)
 	}
 }
 

@@ -35,11 +35,16 @@ type semTry struct {
 
 // semaphore is the run's semaphore, as its clients see it.
 func (s *sim) semaphore() Semaphore {
-	sem := Semaphore{Name: "sem", N: s.cfg.Semaphore}
+	return Semaphore{Name: "sem", N: s.cfg.Semaphore}
+}
+
+// semSlots is how many slots the run's clients use: N, or one too many when
+// the run breaks the rule that a semaphore's slots record N (design.md R88).
+func (s *sim) semSlots() int {
 	if s.cfg.Bug == "semaphore-extra-slot" {
-		sem.extraSlot = true
+		return s.cfg.Semaphore + 1
 	}
-	return sem
+	return s.cfg.Semaphore
 }
 
 // actSemaphore starts taking a slot.
@@ -47,7 +52,7 @@ func (c *simClient) actSemaphore() {
 	s := c.s
 	sem := s.semaphore()
 	budget := time.Second + time.Duration(s.rand.Int63n(int64(3*time.Second)))
-	c.sem = &semTry{sem: sem, start: s.rand.Intn(sem.Slots()), budget: budget}
+	c.sem = &semTry{sem: sem, start: s.rand.Intn(s.semSlots()), budget: budget}
 	c.semNext()
 }
 
@@ -55,8 +60,8 @@ func (c *simClient) actSemaphore() {
 // first.
 func (c *simClient) semNext() {
 	t := c.sem
-	if t.tried < t.sem.Slots() {
-		slot := (t.start + t.tried) % t.sem.Slots()
+	if t.tried < c.s.semSlots() {
+		slot := (t.start + t.tried) % c.s.semSlots()
 		t.tried++
 		c.acquire(t.sem.Slot(slot), false, 0)
 		return

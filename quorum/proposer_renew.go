@@ -2,30 +2,11 @@ package quorum
 
 import "time"
 
-// heldLease is a lease this node holds.
-type heldLease struct {
-	epoch    uint64
-	deadline time.Duration // t0 of the latest successful grant or renewal + HolderTTL
-	// opts are the options of the acquire that took the lease, with no
-	// Deadline (that acquire's own), and shared with every lease taken
-	// with the same ones (Proposer.leaseOptions): they do not change while
-	// the lease is held.
-	opts *AcquireOptions
-	gen  uint64 // bumps invalidate the lease's timers
-	// noticeAt is when the armed notice timer fires (0: none armed). A
-	// renewal does not move it: the timer, once due, looks at the deadline
-	// then and sets itself again if it moved, so that a node renewing many
-	// leases arms one notice timer per lease per TTL, not per renewal.
-	noticeAt time.Duration
-	index    int32 // in Proposer.held (an int32 and renewing share a word: the lease is 64 bytes)
-	renewing bool
-	tag      any // Node.TagLease
-}
+// Leases held: installed by a grant, renewed in batches (design.md R13,
+// R22, R26), reported lost before their deadline.
 
-// lastStart is the t0 of the latest successful grant or renewal: the
-// deadline is always that t0 + HolderTTL.
-func (l *heldLease) lastStart() time.Duration { return l.deadline - l.opts.HolderTTL }
-
+// installLease makes this node the holder of a lease of epoch on ks's key,
+// until deadline unless renewed.
 func (p *Proposer) installLease(ks *keyState, epoch uint64, deadline, now time.Duration, opts AcquireOptions) {
 	l := &heldLease{epoch: epoch, deadline: deadline, opts: p.leaseOptions(opts)}
 	ks.lease = l
@@ -165,6 +146,58 @@ func (p *Proposer) renewPace() time.Duration {
 	return min(max(p.srtt, time.Millisecond), p.cfg.RoundTimeout)
 }
 
+// newRenewOp is newOp for a renewal of the lease held on ks, on a recycled
+// op when there is one. A key with a lease is the proposer's current state
+// for it (only a key with nothing under way is forgotten, see maybeForget):
+// the flag saves the map lookup of attach, one per renewal.
+func (p *Proposer) newRenewOp(ks *keyState, deadline time.Duration) *op {
+	if !ks.current || ks.idle {
+		ks = p.attach(ks)
+	}
+	x, ok := p.renewOps.Get().(*op)
+	if ok {
+		// Everything afresh but the buffers, and a timerGen above every
+		// timer armed for its earlier lives.
+		*x = op{timerGen: x.timerGen + 1, replies: x.replies[:0], sentTo: x.sentTo[:0]}
+	} else {
+		x = &op{}
+	}
+	p.nextOp++
+	// (No start time: the pass that starts it sets one for all its
+	// renewals, renewDue, which spares a clock read per renewal.)
+	x.id, x.kind, x.ks, x.deadline = p.nextOp, kindRenew, ks, deadline
+	p.renewals++
+	return x
+}
+
+// recycleRenews makes the renewals finished before this call ready for
+// reuse. It runs at the start of Tick: no call is under way then that
+// could still use an op it finished.
+func (p *Proposer) recycleRenews() {
+	for i, x := range p.doneRenews {
+		x.ks = nil // let the key's state go while the op waits
+		p.renewOps.Put(x)
+		p.doneRenews[i] = nil
+	}
+	p.doneRenews = p.doneRenews[:0]
+}
+
+// renewChange is a renewal's change function: the exact grant, this node's
+// of the lease's epoch, with a fresh lease period (design.md R13).
+func (p *Proposer) renewChange(x *op, base Value) (Value, OpResult, bool) {
+	l := x.ks.lease
+	if l == nil || l.epoch != x.epoch {
+		// Released or reported lost while the renewal waited.
+		return Value{}, OpResult{}, false
+	}
+	if !base.heldBy(p.cfg.ID, p.cfg.Incarnation) || base.Epoch != x.epoch {
+		return Value{}, OpResult{Outcome: outcomeLost}, false
+	}
+	v := base
+	v.TTL, v.Lease = l.opts.TTL, x.ballot
+	return v, OpResult{}, true
+}
+
 // renewed runs when a renewal was accepted by a majority.
 func (p *Proposer) renewed(x *op, now time.Duration) {
 	ks := x.ks
@@ -179,11 +212,7 @@ func (p *Proposer) renewed(x *op, now time.Duration) {
 		return
 	}
 	l.renewing = false
-	t0 := x.t0
-	if p.faults.clockAtGrant {
-		t0 = now
-	}
-	if d := t0 + l.opts.HolderTTL; d > l.deadline {
+	if d := p.rules.holderStart(x, now) + l.opts.HolderTTL; d > l.deadline {
 		l.deadline = d
 		ks.lastDeadline = max(ks.lastDeadline, d)
 		p.events = append(p.events, LeaseEvent{Key: ks.key, Epoch: l.epoch, Deadline: d, Started: x.started, Tag: l.tag})
@@ -228,170 +257,4 @@ func (p *Proposer) lose(ks *keyState, why LostReason) {
 		p.spawnCleanup(ks, ks.lastDeadline, []uint64{l.epoch})
 	}
 	p.wakeParked(ks)
-}
-
-// park sets aside an acquire that found the key held, until an acceptor
-// says the key is free, this node's own lease on it ends, or the holder's
-// lease should have run out anyway (a notification can be lost).
-func (p *Proposer) park(x *op, res OpResult) {
-	ks := x.ks
-	now := p.clock.Now()
-	p.endRound(x)
-	if ks.active == x {
-		ks.active = nil
-	}
-	x.phase = phaseWaiting
-	x.lastFailure = Locked
-	x.noFast = true // the next attempt prepares, which registers a watch
-	x.streak = 0    // each turn at the key starts its backoff afresh
-	w := ks.waitsOf()
-	w.parked = append(w.parked, x)
-	// The remaining time was measured on another node's clock; stretch it
-	// for the worst rate difference, then add a little so that waiters on
-	// many nodes do not all come back at once.
-	wait := time.Duration(float64(res.Remaining) * (1 + p.cfg.Drift) / (1 - p.cfg.Drift))
-	wait += time.Duration(p.rand.Int63n(int64(p.cfg.RoundTimeout)/4 + 1))
-	at := min(now+wait, x.deadline)
-	x.timerGen++
-	p.arm(timer{at: at, kind: timerWake, on: x, gen: x.timerGen})
-	if ks.noticeCount() != x.noticesAt {
-		// An acceptor said the key was free while this round was out:
-		// its Notify travels apart from the round's replies and may
-		// overtake them, and it will not be sent again. Try again now
-		// rather than wait out a lease that has ended.
-		p.wakeParked(ks)
-		return
-	}
-	p.advance(ks)
-}
-
-func (p *Proposer) unpark(x *op) {
-	ks := x.ks
-	for i, q := range ks.parkedOps() {
-		if q == x {
-			ks.waits.parked = append(ks.waits.parked[:i], ks.waits.parked[i+1:]...)
-			ks.tidyWaits()
-			return
-		}
-	}
-}
-
-// wakeParked retries every operation parked on ks.
-func (p *Proposer) wakeParked(ks *keyState) {
-	if len(ks.parkedOps()) == 0 {
-		return
-	}
-	parked := ks.waits.parked
-	ks.waits.parked = nil
-	ks.tidyWaits()
-	for _, x := range parked {
-		if x.kind == kindCleanup {
-			// Waits for a deadline, not for the key.
-			w := ks.waitsOf()
-			w.parked = append(w.parked, x)
-			continue
-		}
-		x.timerGen++
-		p.enqueue(x, false)
-	}
-}
-
-// timers
-
-type timerKind uint8
-
-const (
-	timerRound timerKind = iota + 1
-	timerRetry
-	timerWake
-	timerRenew
-	timerNotice
-	timerChange
-	timerObserve
-)
-
-type timer struct {
-	at   time.Duration
-	seq  uint64
-	kind timerKind
-	// on is what the timer is for: an *op (timerRound, timerRetry,
-	// timerWake), a *keyState (timerNotice) or an *observation
-	// (timerObserve); nil for timerRenew and timerChange. One field for
-	// the three keeps a timer at 48 bytes: a node holding 100,000 leases
-	// keeps a notice timer for each, and more round timers after a burst
-	// of renewals.
-	on  any
-	gen uint64
-}
-
-// op is the operation the timer is for, nil if it is for none.
-func (t *timer) op() *op {
-	x, _ := t.on.(*op)
-	return x
-}
-
-// ks is the key whose lease the notice timer is for.
-func (t *timer) ks() *keyState { return t.on.(*keyState) }
-
-// ob is the observation the timer is for.
-func (t *timer) ob() *observation { return t.on.(*observation) }
-
-func (t *timer) stale(p *Proposer) bool {
-	if x := t.op(); x != nil {
-		return x.timerGen != t.gen || x.phase == phaseDone
-	}
-	switch t.kind {
-	case timerRenew:
-		return t.gen != p.renewGen
-	case timerChange:
-		return p.chg == nil || t.gen != p.chg.gen
-	case timerObserve:
-		ob := t.ob()
-		return ob.gen != t.gen || p.observations[ob.key] != ob
-	}
-	ks := t.ks()
-	return ks.lease == nil || ks.lease.gen != t.gen
-}
-
-func (t *timer) fire(p *Proposer, now time.Duration) {
-	if t.stale(p) {
-		return
-	}
-	switch t.kind {
-	case timerRound:
-		p.roundTimeout(t.op())
-	case timerRetry:
-		if x := t.op(); x.phase == phaseBackoff {
-			p.startRound(x)
-		}
-	case timerWake:
-		if x := t.op(); x.phase == phaseWaiting {
-			p.unpark(x)
-			p.enqueue(x, false)
-		}
-	case timerRenew:
-		p.renewDue(now)
-	case timerNotice:
-		p.noticeDue(t.ks(), now)
-	case timerChange:
-		p.changeTimer(p.chg, now)
-	case timerObserve:
-		p.observeTimer(t.ob(), now)
-	}
-}
-
-func (p *Proposer) arm(t timer) {
-	p.nextRID++ // shared counter: unique, increasing
-	t.seq = p.nextRID
-	p.timers.push(t)
-}
-
-// timerHeap orders timers by time, then by arming order.
-type timerHeap = minHeap[timer, *timer]
-
-func (a *timer) before(b *timer) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.seq < b.seq
 }
