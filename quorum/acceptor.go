@@ -66,7 +66,9 @@ type AcceptorConfig struct {
 	// voted ignores it (Recovery.NewMeshRefused).
 	NewMesh bool
 
-	faults acceptorFaults // tests only
+	// breakRules, set by tests only, breaks rules of the protocol on
+	// purpose (acceptorRules).
+	breakRules func(*acceptorRules)
 }
 
 func (c *AcceptorConfig) validate() error {
@@ -308,46 +310,8 @@ type Acceptor struct {
 	promiseFloor   Ballot
 	epochFloor     uint64
 
-	stats  AcceptorStats
-	faults acceptorFaults
-}
-
-// acceptorFaults break the protocol on purpose. Only tests set them, to show
-// that the simulator's checkers catch the bug; they are all off otherwise.
-type acceptorFaults struct {
-	skipQuarantine          bool
-	equalPrepareOK          bool // answer any prepare equal to the promise, as a duplicate
-	ownQuarantineOnly       bool // quarantine for this life's MaxTTL only, ignoring horizons heard
-	deafToLongLeases        bool // learn nothing from refused accepts of leases above MaxTTL (hearLease)
-	untimedCatchUp          bool // learn held values in catch-up without a timer
-	skipPrevCatchUp         bool // while a change is pending, catch up from the new voters only
-	floorOnMajority         bool // conclude a full restart when a majority recovers, not all answered
-	dropAny                 bool // drop on OpForget whatever the register holds
-	forgetWhilePending      bool // forget registers while a voter change is pending
-	ignoreNewerConfig       bool // a restart from disk ignores newer configurations others accepted
-	ignoreBallotMark        bool // a restart from disk forgets its ballot mark
-	forgetConfig            bool // a restart from disk forgets the configuration it kept
-	countCopiedConfig       bool // a configuration register merged in a catch-up (even from disk) counts as the acceptor's vote
-	forgetOwnVote           bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
-	forgetAmnesiaVote       bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
-	fullRestartIgnoresNewer bool // one that lost its disk concludes a full restart while a newer configuration may have been chosen
-	trustForgotten          bool // answers of voters that lost their disk count as a disk's: Durable on a new disk, Forgot ignored
-	stickyLost              bool // a peer that said it restarted counts as such after it caught up from others
-	copiesVote              bool // a value copied in a catch-up is reported as accepted (no Result.Copy)
-	listCopiesVote          bool // a listing's answers say no entry is a copy (no Entry.Copy): the merge counts copies as votes
-	newVotersOnly           bool // a full restart during a pending change counts the new voters only
-	keepStaleCatchUp        bool // keep what a catch-up merged from a peer that has restarted since
-	lostWithLaterLives      bool // LostWith also to later incarnations of the voter counted (counted once merged)
-	ignoreQuiet             bool // no LostWith to a later life whose disk says no life since the one counted voted
-	keepQuiet               bool // going live leaves the disk's quiet lives as they are
-	ignoreReserved          bool // a restart from disk forgets its epoch mark
-	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
-	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
-	ownBucketSweeps         bool // sweeps pick the keys of this voter's bucket only, never another's copies
-	ownBucketNoncopies      bool // sweeps pick another voter's copies, never another's register this voter kept
-	keepExpiredGrants       bool // sweeps pick free registers only, never a grant whose lease ran out
-	freeLiveGrants          bool // sweeps pick any grant, its lease timed here or not
-	trustOwnEmptyDisk       bool // a new disk counts itself among the voters that never voted
+	stats AcceptorStats
+	rules acceptorRules
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -390,7 +354,7 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		startedAt: cfg.Clock.Now(),
 		regs:      make(map[string]*register),
 		notify:    make(map[NodeID][]notice),
-		faults:    cfg.faults,
+		rules:     acceptorRulesWith(cfg.breakRules),
 	}
 	a.liveFrom = a.startedAt + cfg.Quarantine
 	a.disk = cfg.Disk
@@ -407,15 +371,25 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		a.probing = true
 		a.startCatchUp()
 	}
-	if a.state == Quarantined && !a.faults.ownQuarantineOnly {
-		for _, v := range append(slices.Clone(a.m.Voters), a.m.Prev...) {
-			if v != a.cfg.ID && !slices.Contains(a.horizonAsk, v) {
-				a.horizonAsk = append(a.horizonAsk, v)
-			}
+	if a.state == Quarantined {
+		if a.horizonAsk = a.rules.horizonPeers(a); len(a.horizonAsk) > 0 {
+			a.askHorizons(a.startedAt)
 		}
-		a.askHorizons(a.startedAt)
 	}
 	return a, nil
+}
+
+// horizonPeers are the voters a quarantined acceptor asks for their lease
+// horizons (see horizonAsk): every other voter, and those before a pending
+// change (design.md R36).
+func (a *Acceptor) horizonPeers() []NodeID {
+	var ask []NodeID
+	for _, v := range append(slices.Clone(a.m.Voters), a.m.Prev...) {
+		if v != a.cfg.ID && !slices.Contains(ask, v) {
+			ask = append(ask, v)
+		}
+	}
+	return ask
 }
 
 // restore starts the acceptor from the state its earlier life saved: on the
@@ -425,14 +399,13 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 func (a *Acceptor) restore(d *Durable) {
 	a.dur = d.clone()
 	a.restored = true
-	if a.faults.forgetConfig {
-		a.dur.Config = DurableRegister{}
-	}
-	if a.m.Newer(a.dur.Membership) && !a.faults.forgetConfig {
-		a.m = a.dur.Membership.clone()
+	m, vote := a.rules.restartConfig(a.m, &a.dur)
+	a.dur.Config = vote
+	if a.m.Newer(m) {
+		a.m = m
 		a.epochFloor = max(a.epochFloor, a.m.EpochFloor)
 	}
-	if c := a.dur.Config; (!c.Promise.IsZero() || !c.Accepted.IsZero()) && !a.faults.forgetConfig {
+	if c := a.dur.Config; !c.Promise.IsZero() || !c.Accepted.IsZero() {
 		r := a.register(ConfigKey)
 		r.promise, r.accepted, r.value = c.Promise, c.Accepted, c.Value
 		if v := c.Value.Config; v != nil {
@@ -440,12 +413,8 @@ func (a *Acceptor) restore(d *Durable) {
 			r.value.Config = &cc
 		}
 	}
-	if !a.faults.ignoreReserved {
-		a.epochFloor = max(a.epochFloor, a.dur.Reserved)
-	}
-	if !a.faults.ignoreBallotMark {
-		a.promiseFloor = maxBallot(a.promiseFloor, Ballot{Counter: a.dur.Ballots})
-	}
+	a.rules.takeEpochMark(a, a.dur.Reserved)
+	a.rules.takeBallotMark(a, a.dur.Ballots)
 	if !a.dur.Voted {
 		// It never accepted anything: nothing of its earlier life to
 		// protect (the incarnation check refuses accepts of the promises
@@ -456,6 +425,27 @@ func (a *Acceptor) restore(d *Durable) {
 	}
 	a.persistStart()
 	a.learnHorizon(a.dur.Horizon)
+}
+
+// restartConfig is the configuration an acceptor restarted from d starts
+// on, the newer of m and the newest it adopted, and its own promise and
+// vote on the configuration register, which d kept (design.md R53).
+func restartConfig(m Membership, d *Durable) (Membership, DurableRegister) {
+	if m.Newer(d.Membership) {
+		m = d.Membership.clone()
+	}
+	return m, d.Config
+}
+
+// takeEpochMark raises the epoch floor to an epoch mark saved on a disk:
+// this acceptor's own, or that of a peer recovering from its disk
+// (design.md R51).
+func (a *Acceptor) takeEpochMark(mark uint64) { a.epochFloor = max(a.epochFloor, mark) }
+
+// takeBallotMark raises the promise floor to the ballot mark this
+// acceptor's disk saved (design.md R52).
+func (a *Acceptor) takeBallotMark(mark uint64) {
+	a.promiseFloor = maxBallot(a.promiseFloor, Ballot{Counter: mark})
 }
 
 // maxHeardTTL bounds the lease a refused accept can make an acceptor
@@ -485,7 +475,7 @@ const maxHeardTTL = 24 * time.Hour
 // this way, as a voter can with the horizon it reports in a catch-up; it
 // cannot make them vote sooner.
 func (a *Acceptor) hearLease(op *Op) {
-	if a.faults.deafToLongLeases || op.Kind != OpAccept || !op.Value.Held || op.Value.TTL <= a.cfg.MaxTTL || op.Value.TTL > maxHeardTTL ||
+	if op.Kind != OpAccept || !op.Value.Held || op.Value.TTL <= a.cfg.MaxTTL || op.Value.TTL > maxHeardTTL ||
 		op.Key == "" || op.Ballot.IsZero() || op.Value.Holder == "" {
 		return
 	}
@@ -519,17 +509,18 @@ func (a *Acceptor) Horizon() time.Duration {
 // MaxTTL that only voters of the old setting accepted, and those may all
 // have lost their state (see hearLease). Lowered, the longer value is
 // still reported while a lease of that length taken before could run.
-func (a *Acceptor) SetPeerTTL(h time.Duration) {
-	if a.faults.deafToLongLeases {
-		return
-	}
+func (a *Acceptor) SetPeerTTL(h time.Duration) { a.rules.hearPeerTTL(a, h) }
+
+// hearPeerTTL is SetPeerTTL: a lease a running node says it holds is a
+// horizon (design.md R37).
+func (a *Acceptor) hearPeerTTL(h time.Duration) {
 	h = min(max(h, 0), maxHeardTTL)
 	if h < a.peerTTL {
 		a.learnHorizon(a.peerTTL)
 	}
 	a.peerTTL = h
-	if h > a.cfg.MaxTTL && !a.faults.ownQuarantineOnly {
-		a.liveFrom = max(a.liveFrom, a.startedAt+h)
+	if h > a.cfg.MaxTTL {
+		a.rules.waitOut(a, h)
 	}
 }
 
@@ -574,7 +565,7 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 		resp.Status = StatusRecovering
 		resp.Results = newResults(len(req.Ops))
 		for i := range req.Ops {
-			a.hearLease(&req.Ops[i])
+			a.rules.hearLease(a, &req.Ops[i])
 			resp.Results[i] = Result{ID: req.Ops[i].ID, Reason: ReasonNoVote}
 		}
 		return resp
@@ -671,18 +662,15 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
-	if op.Ballot == r.promise && op.ID != r.promisedBy && !a.faults.equalPrepareOK {
+	if op.Ballot == r.promise && !a.rules.repeatsPrepare(r, op) {
 		// Equal to the promise but not a copy of the prepare that made it:
 		// a proposer using one ballot twice (a ballot promised through an
 		// accept's Next is accepted at, never prepared). Answering would
-		// let two values share a ballot (review finding 1).
+		// let two values share a ballot (design.md R5).
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
-	// A duplicate of the prepare that made the promise is answered again:
-	// what it reports has not changed in a way that matters (an accept at
-	// this ballot would have moved the promise to its Next).
 	if !a.persistPromise(op.Ballot.Counter) ||
 		(op.Key == ConfigKey && op.Ballot != r.promise && !a.persistConfigRegister(op.Ballot, a.dur.Config.Accepted, a.dur.Config.Value)) {
 		a.stats.Refused++
@@ -700,6 +688,12 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		Copy:      a.isCopy(r),
 	}
 }
+
+// repeatsPrepare reports whether op, a prepare at r's promise, is the
+// prepare that made it (design.md R5): a duplicate is answered again, what
+// it reports has not changed in a way that matters (an accept at this
+// ballot would have moved the promise to its Next).
+func repeatsPrepare(r *register, op *Op) bool { return op.ID == r.promisedBy }
 
 func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 	if op.Key == "" {
@@ -720,7 +714,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	v := op.Value
 	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) ||
 		(v.Config != nil && (op.Key != ConfigKey || v.Config.Validate() != nil || v.Config.Cluster() != a.m.Cluster())) {
-		a.hearLease(op)
+		a.rules.hearLease(a, op)
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}
@@ -732,7 +726,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	}
 	if v.Config != nil && a.disk == nil {
 		// A voter change must not rest on an acceptor that could forget
-		// it accepted one (review finding 8): without a disk, a restart
+		// it accepted one (design.md R60): without a disk, a restart
 		// brings it back on the founding voters.
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonNoDisk}

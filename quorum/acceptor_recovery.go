@@ -82,12 +82,21 @@ func (a *Acceptor) maybeEndQuarantine() {
 	if a.state != Quarantined || a.diskErr != nil {
 		return
 	}
-	now := a.clock.Now()
-	if !a.faults.skipQuarantine && now < a.startedAt+a.cfg.Quarantine {
+	if !a.rules.quarantineOver(a, a.clock.Now()) {
 		return
 	}
 	a.startCatchUp()
 }
+
+// quarantineOver reports whether the acceptor's quarantine has run its
+// length at now, on its own clock (design.md R35).
+func (a *Acceptor) quarantineOver(now time.Duration) bool {
+	return now >= a.startedAt+a.cfg.Quarantine
+}
+
+// horizonOver reports whether the longest lease horizon the acceptor heard
+// of has passed since its start at now (design.md R36).
+func (a *Acceptor) horizonOver(now time.Duration) bool { return now >= a.liveFrom }
 
 // startCatchUp asks every other voter, of the configuration and, while a
 // change is pending, of the one before, for its registers.
@@ -100,24 +109,30 @@ func (a *Acceptor) startCatchUp() {
 		req: CatchUpRequest{Config: a.m.ID, From: a.cfg.ID, Buckets: a.cfg.CatchUpBuckets, Inc: a.cfg.Incarnation,
 			Quiet: a.quietLives()},
 	}
+	for _, v := range a.rules.catchUpPeers(a) {
+		p := &peerCatchUp{id: v}
+		a.catchUp.peers = append(a.catchUp.peers, p)
+		a.catchUp.ask(p, now)
+	}
+	a.maybeGoLive()
+}
+
+// catchUpPeers are the voters a catch-up asks: every other voter and,
+// while a change is pending, every other voter before it (design.md R38,
+// R39).
+func (a *Acceptor) catchUpPeers() []NodeID {
+	var peers []NodeID
 	for _, v := range a.m.Voters {
 		if v != a.cfg.ID {
-			p := &peerCatchUp{id: v}
-			a.catchUp.peers = append(a.catchUp.peers, p)
-			a.catchUp.ask(p, now)
+			peers = append(peers, v)
 		}
 	}
 	for _, v := range a.m.Prev {
-		if a.faults.skipPrevCatchUp {
-			break
-		}
 		if v != a.cfg.ID && !a.m.IsVoter(v) {
-			p := &peerCatchUp{id: v}
-			a.catchUp.peers = append(a.catchUp.peers, p)
-			a.catchUp.ask(p, now)
+			peers = append(peers, v)
 		}
 	}
-	a.maybeGoLive()
+	return peers
 }
 
 func (c *catchUp) ask(p *peerCatchUp, now time.Duration) {
@@ -154,19 +169,8 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		Bucket: req.Bucket, List: req.List, Horizon: a.Horizon()}
 	if a.state == Live && a.diskErr == nil {
 		resp.PromiseFloor, resp.EpochFloor = a.promiseFloor, a.epochFloor
-		// To the voter's life it counted only. Its later lives may have
-		// come after that one voted, and values were chosen with it: said
-		// to a later life, the word let it take a single restart for a
-		// majority's and go live on the floor without them (seed 330700
-		// with 3 voters, I8; fault lost-with-later-lives). A partner that
-		// restarts again before it votes therefore cannot count this
-		// voter unless its disk shows that none of its lives since the
-		// one counted went live (Quiet): then its registers are as gone
-		// as that life's, and nothing was chosen with it since
-		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
 		if inc := a.restartedWith[req.From]; inc != 0 && req.Inc != 0 {
-			resp.LostWith = req.Inc == inc || (req.Inc > inc && a.faults.lostWithLaterLives) ||
-				(slices.Contains(req.Quiet, inc) && !a.faults.ignoreQuiet)
+			resp.LostWith = a.rules.countedLife(req.Inc, inc) || a.rules.quietSince(req, inc)
 		}
 	}
 	if req.Config != a.m.ID {
@@ -182,7 +186,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		// since it answered this acceptor's catch-up?
 		for _, p := range a.catchUp.peers {
 			if p.id == req.From {
-				a.peerRestarted(p, req.Inc)
+				a.rules.peerRestarted(a, p, req.Inc)
 			}
 		}
 	}
@@ -193,19 +197,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	}
 	if a.state != Live || a.diskErr != nil {
 		resp.Status = StatusRecovering
-		switch {
-		case (a.restored || a.faults.trustForgotten && a.disk != nil) && a.diskErr == nil:
-			// It restarted from its disk, which holds every configuration
-			// it accepted, and its epoch mark.
-			resp.Durable, resp.EpochFloor = true, a.dur.Reserved
-		case !a.restored && !a.faults.trustForgotten:
-			// No disk, or a new one: what it accepted before its restart
-			// is gone (a new disk's probe may yet show there was nothing
-			// to lose). Its answer must not stand for a disk's (review
-			// risks A and C: a voter counted as one that did not accept a
-			// newer configuration, or as one restarted from its disk).
-			resp.Forgot = true
-		}
+		a.rules.tellsRecovery(a, resp)
 		return resp
 	}
 	if req.Buckets == 0 || req.Bucket >= req.Buckets {
@@ -233,6 +225,37 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 		slices.SortFunc(resp.Entries, func(x, y Entry) int { return strings.Compare(x.Key, y.Key) })
 	}
 	return resp
+}
+
+// countedLife reports whether the asker's life is the one this acceptor
+// counted as restarted with it, which it tells so (LostWith). Its later
+// lives may have come after that one voted, and values were chosen with
+// it: said to a later life, the word let it take a single restart for a
+// majority's and go live on the floor without them (design.md R46).
+func countedLife(asker, counted uint64) bool { return asker == counted }
+
+// quietSince reports whether the asker's disk shows that none of its lives
+// since the one counted went live (CatchUpRequest.Quiet): its registers are
+// then as gone as that life's, and nothing was chosen with it since, so a
+// partner that restarts again before it votes may count this voter too
+// (design.md R46).
+func quietSince(req *CatchUpRequest, counted uint64) bool { return slices.Contains(req.Quiet, counted) }
+
+// tellsRecovery says, in a recovering acceptor's answer, what it knows of
+// its earlier lives: restarted from its disk, which holds every
+// configuration it accepted, and its epoch mark (Durable); or without the
+// disk of its earlier lives, whose votes are gone (Forgot; a new disk's
+// probe may yet show there was nothing to lose). The answer of one that
+// forgot must not stand for a disk's: counted as one that did not accept a
+// newer configuration, or as one restarted from its disk (design.md R54,
+// R57).
+func (a *Acceptor) tellsRecovery(resp *CatchUpResponse) {
+	switch {
+	case a.restored && a.diskErr == nil:
+		resp.Durable, resp.EpochFloor = true, a.dur.Reserved
+	case !a.restored:
+		resp.Forgot = true
+	}
 }
 
 // HandleCatchUpResponse merges one bucket from another voter.
@@ -265,7 +288,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 	if p == nil {
 		return
 	}
-	a.peerRestarted(p, resp.Inc)
+	a.rules.peerRestarted(a, p, resp.Inc)
 	if p.done {
 		return
 	}
@@ -302,8 +325,8 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		p.recovering = true
 		p.durable = resp.Durable
 		p.lost = p.lost || resp.Durable
-		if resp.Durable && !a.faults.ignoreReserved {
-			a.epochFloor = max(a.epochFloor, resp.EpochFloor)
+		if resp.Durable {
+			a.rules.takeEpochMark(a, resp.EpochFloor)
 		}
 		a.maybeGoLive()
 		return
@@ -315,15 +338,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return // an answer to an earlier, repeated question
 	}
 	p.recovering = false
-	if !resp.LostWith && !a.faults.stickyLost {
-		// It votes, and not on this acceptor's word: it caught up from
-		// others (or never lost anything since this acceptor started),
-		// and holds what a majority held. It no longer counts as a voter
-		// that lost its registers with this one (TestAudit7StickyLost-
-		// CountsARecoveredVoter: counted so, it let a chain of restarts
-		// that never overlapped in a majority pass for one that did).
-		p.lost, p.lostWith = false, false
-	}
+	a.rules.peerCaughtUp(p, resp)
 	a.mergeFloors(resp.PromiseFloor, resp.EpochFloor)
 	for i := range resp.Entries {
 		a.merge(&resp.Entries[i])
@@ -335,6 +350,18 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return
 	}
 	a.catchUp.ask(p, a.clock.Now())
+}
+
+// answeredLive takes note of a bucket p answered as a live voter: if not on
+// this acceptor's word, it caught up from others (or never lost anything
+// since this acceptor started), and holds what a majority held. It no
+// longer counts as a voter that lost its registers with this one: counted
+// so, it let a chain of restarts that never overlapped in a majority pass
+// for one that did (design.md R47).
+func (p *peerCatchUp) answeredLive(resp *CatchUpResponse) {
+	if !resp.LostWith {
+		p.lost, p.lostWith = false, false
+	}
 }
 
 // peerRestarted starts the catch-up over if peer p, from which this
@@ -350,7 +377,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 // dropped (its floors stay: they only go up) and every voter is asked
 // again.
 func (a *Acceptor) peerRestarted(p *peerCatchUp, inc uint64) {
-	if p.inc == 0 || inc == 0 || inc == p.inc || a.faults.keepStaleCatchUp {
+	if p.inc == 0 || inc == 0 || inc == p.inc {
 		return
 	}
 	if !p.done && p.next == 0 {
@@ -383,10 +410,10 @@ func (a *Acceptor) peerRestarted(p *peerCatchUp, inc uint64) {
 // has a holder deadline within h of it in real time (HolderTTL ≤ γ·h), and
 // h on this clock lasts at least that.
 func (a *Acceptor) learnHorizon(h time.Duration) {
-	if h <= 0 || a.faults.ownQuarantineOnly {
+	if h <= 0 {
 		return
 	}
-	a.liveFrom = max(a.liveFrom, a.startedAt+h)
+	a.rules.waitOut(a, h)
 	if h > a.horizon {
 		a.horizon = h
 	}
@@ -394,6 +421,10 @@ func (a *Acceptor) learnHorizon(h time.Duration) {
 	// a lease of that length begun before now could run (generously).
 	a.horizonUntil = max(a.horizonUntil, a.clock.Now()+2*a.stretch(h))
 }
+
+// waitOut keeps the acceptor from voting until a lease of length h,
+// accepted before its start, has ended (design.md R36).
+func (a *Acceptor) waitOut(h time.Duration) { a.liveFrom = max(a.liveFrom, a.startedAt+h) }
 
 func (a *Acceptor) merge(e *Entry) {
 	if e.Key == "" {
@@ -403,12 +434,7 @@ func (a *Acceptor) merge(e *Entry) {
 	if r.promise.Less(e.Promise) {
 		r.promise, r.promisedBy = e.Promise, 0
 	}
-	if e.Key == ConfigKey && a.restored && !a.faults.countCopiedConfig {
-		// Its disk kept every vote it cast on the configuration
-		// register: a copy would stand in for nothing, and would look
-		// like a vote to a read (an acceptor that lost its disk does
-		// need one: it may have been of the majority that chose the
-		// value, and must answer prepares as such).
+	if e.Key == ConfigKey && !a.rules.mergesConfig(a) {
 		return
 	}
 	if r.accepted.Less(e.Accepted) {
@@ -417,21 +443,33 @@ func (a *Acceptor) merge(e *Entry) {
 		}
 		r.accepted, r.value, r.copied = e.Accepted, e.Value, true
 	}
-	if e.Remaining > 0 && e.Value.Held && r.value.sameGrant(e.Value) && !a.faults.untimedCatchUp {
-		// A voter times this grant still: time it here too, for as long
-		// on this clock. Some voter that accepted the grant's latest lease
-		// period answers every catch-up (the voters asked meet every
-		// accept majority), so a live lease is timed here before this
-		// acceptor votes (review finding 2: it used to be learned without
-		// a timer, and a majority with this acceptor could grant the key
-		// while the lease ran).
-		end := a.clock.Now() + a.stretch(e.Remaining)
-		if !r.hasTimer || end > r.until {
-			r.until = end
-		}
-		r.hasTimer = true
-	}
+	a.rules.timeMerged(a, r, e)
 	r.maxEpoch = max(r.maxEpoch, e.MaxEpoch, e.Value.Epoch)
+}
+
+// mergesConfig reports whether a catch-up merges a copy of the
+// configuration register. One restored from its disk does not: its disk
+// kept every vote it cast there, a copy would stand in for nothing, and
+// would look like a vote to a read. One that lost its disk does need one:
+// it may have been of the majority that chose the value, and must answer
+// prepares as such (design.md R68).
+func (a *Acceptor) mergesConfig() bool { return !a.restored }
+
+// timeMerged times r, into which e was merged, if a voter times e's grant
+// still: here too, for as long on this clock. Some voter that accepted the
+// grant's latest lease period answers every catch-up (the voters asked
+// meet every accept majority), so a live lease is timed here before this
+// acceptor votes; learned without a timer, a majority with this acceptor
+// could grant the key while the lease ran (design.md R36).
+func (a *Acceptor) timeMerged(r *register, e *Entry) {
+	if e.Remaining <= 0 || !e.Value.Held || !r.value.sameGrant(e.Value) {
+		return
+	}
+	end := a.clock.Now() + a.stretch(e.Remaining)
+	if !r.hasTimer || end > r.until {
+		r.until = end
+	}
+	r.hasTimer = true
 }
 
 // isCopy reports whether r holds a value this acceptor copied in a catch-up
@@ -445,7 +483,11 @@ func (a *Acceptor) merge(e *Entry) {
 // adopted it, and the next read that met the higher ballot wrote that one
 // back: two configurations with one id (I5,
 // TestAudit7ConfigCopiesLookChosen).
-func (a *Acceptor) isCopy(r *register) bool { return r.copied && !a.faults.copiesVote }
+func (a *Acceptor) isCopy(r *register) bool { return a.rules.isCopy(r) }
+
+// isCopy is the rule of Acceptor.isCopy: a copy is no vote (design.md
+// R43).
+func (r *register) isCopy() bool { return r.copied }
 
 // neverVotedMajorities reports whether an acceptor on a new disk may vote at
 // once: whether the voters that said they never voted show that no
@@ -467,16 +509,23 @@ func (a *Acceptor) isCopy(r *register) bool { return r.copied && !a.faults.copie
 // the operator's word instead (NewMesh), which takes a majority of the
 // voters, itself included, that never voted.
 func (a *Acceptor) neverVotedMajorities() bool {
-	fresh, need := 0, len(a.m.Voters)-a.m.Majority()+1
-	if a.cfg.NewMesh || a.faults.trustOwnEmptyDisk {
-		fresh, need = 1, a.m.Majority()
-	}
+	others := 0
 	for _, p := range a.catchUp.peers {
 		if p.fresh && a.m.IsVoter(p.id) {
-			fresh++
+			others++
 		}
 	}
-	return fresh >= need
+	return a.rules.neverVoted(a, others)
+}
+
+// neverVoted reports whether others, the other voters that said they never
+// voted, meet every majority, or with the operator's word (NewMesh) make
+// a majority with this one (design.md R55).
+func (a *Acceptor) neverVoted(others int) bool {
+	if a.cfg.NewMesh {
+		return others+1 >= a.m.Majority()
+	}
+	return others >= len(a.m.Voters)-a.m.Majority()+1
 }
 
 // abandonProbe turns a probing acceptor into one that forgot its state: it
@@ -504,67 +553,30 @@ func (a *Acceptor) maybeGoLive() {
 		}
 		return
 	}
-	if a.clock.Now() < a.liveFrom && !a.faults.skipQuarantine {
+	if !a.rules.horizonOver(a, a.clock.Now()) {
 		return
 	}
-	if m := a.chosenNewer(); m != nil {
+	if m := a.rules.chosenNewer(a); m != nil {
 		// Adopting it starts the catch-up again, among its voters.
 		a.Adopt(*m)
 		return
-	}
-	// enough reports whether the others done meet every majority of
-	// voters that this acceptor may have been part of.
-	enough := func(voters []NodeID) bool {
-		if !slices.Contains(voters, a.cfg.ID) {
-			return true // it was not a voter there
-		}
-		done := 0
-		for _, p := range a.catchUp.peers {
-			if p.done && slices.Contains(voters, p.id) {
-				done++
-			}
-		}
-		n := len(voters)
-		return done >= n-(n/2+1)+1
 	}
 	answered := 1
 	lost := []NodeID{a.cfg.ID} // this acceptor is recovering too
 	for _, p := range a.catchUp.peers {
 		switch {
-		case p.recovering || (p.lostWith && p.done && !a.faults.ignoreLostWith):
-			// A voter that concluded the full restart on this one's word
-			// and votes by now lost its registers with it all the same;
-			// what it accepted since, this acceptor has merged (done), and
-			// what the others did, it merges from them: every voter
-			// answered.
+		case a.rules.countsAsLost(p):
 			lost = append(lost, p.id)
 			answered++
 		case p.done:
 			answered++
 		}
 	}
-	// lostMajority reports whether a majority of voters lost their
-	// registers: those of the configuration or, while a change is
-	// pending, those before it, which alone hold the keys the change has
-	// not moved yet. (Counting the new voters only, two of three voters
-	// before an addition that restarted, one on a new disk, waited for
-	// each other for good, and the pending change could not finish
-	// without them: TestAudit7PendingAddStallsAFullRestartOfThePrevMajority.)
-	lostMajority := func(voters []NodeID) bool {
-		n := 0
-		for _, v := range lost {
-			if slices.Contains(voters, v) {
-				n++
-			}
-		}
-		return n >= len(voters)/2+1
-	}
-	fullRestart := lostMajority(a.m.Voters) || a.m.Pending && !a.faults.newVotersOnly && lostMajority(a.m.Prev)
 	switch {
 	case a.restored && a.restartedMajority(a.m.Voters):
 		a.noteRestartedWith(false)
-		a.demoteCopies()
-	case enough(a.m.Voters) && (!a.m.Pending || enough(a.m.Prev) || a.faults.skipPrevCatchUp) && (a.restored || !a.newerMaybeChosen()):
+		a.rules.demoteCopies(a)
+	case a.rules.caughtUp(a) && (a.restored || !a.newerMaybeChosen()):
 		// Caught up from voters that meet every majority this acceptor
 		// was part of. One restored from its disk is on the newest
 		// configuration it adopted (Adopt saves it first), as before
@@ -573,35 +585,96 @@ func (a *Acceptor) maybeGoLive() {
 		// majority of a configuration that was replaced. It waits while
 		// a newer one may have been chosen, to adopt it from a voter
 		// that did, or from chosenNewer, or to learn that it was not
-		// (Recovery says so: NewerConfig).
-	case enough(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
+		// (Recovery says so: NewerConfig; design.md R65).
+	case a.caughtUpFrom(a.m.Voters) && a.restored && a.restartedMajority(a.m.Prev):
 		a.noteRestartedWith(false)
-		a.demoteCopies()
+		a.rules.demoteCopies(a)
 		// A majority of the voters before the pending change restarted
 		// with this one: what a majority of them alone held is lost
 		// (every lease they accepted has ended, and their marks keep
 		// epochs and ballots going up), and the change cannot finish
 		// without them. Waiting would stall the mesh for good.
 		a.floorOnly = true
-	case fullRestart && (answered == len(a.catchUp.peers)+1 || a.faults.floorOnMajority) &&
-		(a.restored || !a.newerMaybeChosen() || a.faults.fullRestartIgnoresNewer):
-		// (One that lost its disk waits here too while a newer
-		// configuration may have been chosen, as above: going live in the
-		// old one with a majority that lost its state let a later change
-		// write a second configuration with the chosen one's id, I5,
-		// TestAudit5FullRestartIgnoresANewerConfiguration.)
+	case a.rules.lostMajority(a, lost) && a.rules.heardAll(a, answered) && !a.rules.newerStopsFullRestart(a):
 		// Every voter answered and a majority of them lost their state:
-		// a full restart. (Waiting for every voter, not only a majority,
-		// keeps a majority of an old configuration's voters, restarted
-		// with it, from taking itself for the mesh: a current voter
-		// among them tells them the newer configuration instead.)
+		// a full restart (design.md R41).
 		a.floorOnly = true
 		a.noteRestartedWith(true)
-		a.demoteCopies()
+		a.rules.demoteCopies(a)
 	default:
 		return
 	}
 	a.goLive()
+}
+
+// caughtUpFrom reports whether the others done meet every majority of
+// voters that this acceptor may have been part of: n−q+1 of them
+// (design.md R38).
+func (a *Acceptor) caughtUpFrom(voters []NodeID) bool {
+	if !slices.Contains(voters, a.cfg.ID) {
+		return true // it was not a voter there
+	}
+	done := 0
+	for _, p := range a.catchUp.peers {
+		if p.done && slices.Contains(voters, p.id) {
+			done++
+		}
+	}
+	n := len(voters)
+	return done >= n-(n/2+1)+1
+}
+
+// caughtUp reports whether the catch-up meets every majority this acceptor
+// may have been part of: of the voters and, while a change is pending, of
+// those before it (design.md R38, R39).
+func (a *Acceptor) caughtUp() bool {
+	return a.caughtUpFrom(a.m.Voters) && (!a.m.Pending || a.caughtUpFrom(a.m.Prev))
+}
+
+// countsAsLost reports whether p counts among the voters that lost their
+// registers with this acceptor, for a full restart: it is recovering too,
+// or it concluded the full restart on this acceptor's word and votes by
+// now, having lost its registers all the same; what it accepted since,
+// this acceptor has merged (done), and what the others did, it merges from
+// them: every voter answered (design.md R45).
+func (p *peerCatchUp) countsAsLost() bool { return p.recovering || p.lostWith && p.done }
+
+// heardAll reports whether every voter answered, answered counting this
+// acceptor too. A full restart waits for every voter, not only a
+// majority: a majority of an old configuration's voters, restarted
+// together, must not take itself for the mesh, and a current voter among
+// them tells them the newer configuration instead (design.md R41).
+func (a *Acceptor) heardAll(answered int) bool { return answered == len(a.catchUp.peers)+1 }
+
+// lostMajority reports whether the voters in lost, which lost their
+// registers, are a majority of the voters or, while a change is pending,
+// of those before it, which alone hold the keys the change has not moved
+// yet. Counting the new voters only, two of three voters before an
+// addition that restarted, one on a new disk, waited for each other for
+// good, and the pending change could not finish without them (design.md
+// R42).
+func (a *Acceptor) lostMajority(lost []NodeID) bool {
+	return majorityOf(lost, a.m.Voters) || a.m.Pending && majorityOf(lost, a.m.Prev)
+}
+
+// majorityOf reports whether ids include a majority of voters.
+func majorityOf(ids, voters []NodeID) bool {
+	n := 0
+	for _, v := range ids {
+		if slices.Contains(voters, v) {
+			n++
+		}
+	}
+	return n >= len(voters)/2+1
+}
+
+// newerStopsFullRestart reports whether a full restart must wait: one that
+// lost its disk waits while a newer configuration may have been chosen, as
+// its catch-up does. Going live in the old one with a majority that lost
+// its state let a later change write a second configuration with the
+// chosen one's ID (design.md R67).
+func (a *Acceptor) newerStopsFullRestart() bool {
+	return !a.restored && a.newerMaybeChosen()
 }
 
 // demoteCopies marks what an acceptor that goes live without a full
@@ -629,9 +702,6 @@ func (a *Acceptor) maybeGoLive() {
 // demoted like the others. (The rules of voter changes read the votes the
 // disk kept, not the register: ownNewerConfig.)
 func (a *Acceptor) demoteCopies() {
-	if a.faults.keepCopies {
-		return
-	}
 	for key, r := range a.regs {
 		if (key != ConfigKey || !a.restored) && !r.accepted.IsZero() {
 			r.accepted = a.copyBallot(r.accepted)
@@ -704,8 +774,7 @@ func (a *Acceptor) goLive() {
 // and no registers, and a majority with it no longer met the one that had
 // chosen a grant (I2, TestAudit2NewDiskVoterForgetsItVotedAfterARestart).
 func (a *Acceptor) persistLive() bool {
-	amnesiac := a.amnesiac && !a.faults.forgetAmnesiaVote && !a.dur.Voted
-	quiet := len(a.dur.Quiet) > 0 && !a.faults.keepQuiet
+	amnesiac, quiet := a.rules.savesVoted(a), a.rules.endsQuiet(a)
 	if a.disk == nil || (a.restored && a.dur.Membership.ID == a.m.ID && !amnesiac && !quiet) {
 		return a.diskErr == nil
 	}
@@ -730,6 +799,15 @@ func (a *Acceptor) persistLive() bool {
 	a.restored = a.restored || ok
 	return ok
 }
+
+// savesVoted reports whether the acceptor, going live, saves that it
+// voted: it is on a new disk and recovered as one that forgot; what it
+// copied stands in for the votes of its earlier life (design.md R56).
+func (a *Acceptor) savesVoted() bool { return a.amnesiac && !a.dur.Voted }
+
+// endsQuiet reports whether going live empties the disk's quiet lives:
+// this life votes from now on (design.md R48).
+func (a *Acceptor) endsQuiet() bool { return len(a.dur.Quiet) > 0 }
 
 // marks are the highest epoch and ballot counter the acceptor holds: its
 // floors, and every register's promise, accepted ballot and epochs.
@@ -783,17 +861,25 @@ func (a *Acceptor) restartedMajority(voters []NodeID) bool {
 	}
 	n := 1
 	for _, p := range a.catchUp.peers {
-		if p.newer != 0 && !a.faults.ignoreNewerConfig {
+		if a.rules.peerAcceptedNewer(p) {
 			return false
 		}
-		// (The fault brings back 94197f1's rule whole: with LostWith to
-		// later lives, such a peer counted once its registers were merged.)
-		if p.lost && (!a.faults.lostWithLaterLives || !p.lostWith || p.done) && slices.Contains(voters, p.id) {
+		if a.rules.countsAsRestarted(p) && slices.Contains(voters, p.id) {
 			n++
 		}
 	}
 	return n >= len(voters)/2+1
 }
+
+// acceptedNewer reports whether p said it accepted a configuration newer
+// than the adopted one, which a majority restarted from disks must not
+// overlook (design.md R65).
+func (p *peerCatchUp) acceptedNewer() bool { return p.newer != 0 }
+
+// countsAsRestarted reports whether p counts toward a majority restarted
+// from disks: it said it was recovering from its disk, or went live on
+// this acceptor's word (design.md R45, R54).
+func (p *peerCatchUp) countsAsRestarted() bool { return p.lost }
 
 // bucketOf spreads keys over n buckets (FNV-1a).
 func bucketOf(key string, n uint32) uint32 {
@@ -856,7 +942,7 @@ func (a *Acceptor) Recovery() Recovery {
 		}
 	}
 	if !a.restored && a.state == CatchingUp {
-		r.NewerConfig = a.newerMaybeChosenVersion()
+		r.NewerConfig = a.rules.newerMaybeChosen(a)
 	}
 	return r
 }
@@ -893,14 +979,11 @@ func (a *Acceptor) noteRestartedWith(recovering bool) {
 // acceptor adopts. One that cannot have been chosen does not keep the
 // acceptor from voting in the configuration it has: a change that finishes
 // it later reaches it as it reaches any voter.
-func (a *Acceptor) newerMaybeChosen() bool { return a.newerMaybeChosenVersion() != 0 }
+func (a *Acceptor) newerMaybeChosen() bool { return a.rules.newerMaybeChosen(a) != 0 }
 
 // newerMaybeChosenVersion is newerMaybeChosen's configuration's version (0
-// when there is none).
+// when there is none; design.md R65).
 func (a *Acceptor) newerMaybeChosenVersion() uint64 {
-	if a.faults.ignoreNewerConfig {
-		return 0
-	}
 	_, own := a.ownNewerConfig()
 	// Each configuration a voter says it accepted; nil stands for one a
 	// voter of an earlier version named by its version alone.
@@ -932,7 +1015,7 @@ func (a *Acceptor) newerMaybeChosenVersion() uint64 {
 			if v == a.cfg.ID {
 				// Without the disk of its earlier life it may have
 				// accepted m, and adopted it, and forgotten both.
-				if (!a.restored && !a.faults.forgetOwnVote) || (own != nil && (m == nil || own.Equal(*m))) {
+				if a.rules.mayHaveAccepted(a) || (own != nil && (m == nil || own.Equal(*m))) {
 					n++
 				}
 				continue
@@ -962,3 +1045,9 @@ func (a *Acceptor) newerMaybeChosenVersion() uint64 {
 	}
 	return 0
 }
+
+// mayHaveAccepted reports whether the acceptor counts itself as one that
+// may have accepted any newer configuration: without the disk of its
+// earlier life it may have accepted one, and adopted it, and forgotten
+// both; a restored one counts only its disk's vote (design.md R66).
+func (a *Acceptor) mayHaveAccepted() bool { return !a.restored }

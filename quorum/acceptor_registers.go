@@ -130,11 +130,9 @@ func (a *Acceptor) unlink(r *register) {
 }
 
 // droppable reports whether r may be dropped at now: free (or empty), no
-// timer running, nobody waiting, no hand-off.
+// timer running, nobody waiting, no hand-off; never the configuration
+// (design.md R70).
 func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
-	if a.faults.dropAny {
-		return key != ConfigKey
-	}
 	return key != ConfigKey && !r.value.Held && a.unused(r, now)
 }
 
@@ -145,14 +143,15 @@ func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
 // grant before it forgets the key, and only if every voter reports no
 // time left on it (Proposer.mayWriteBack).
 func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
-	if a.droppable(key, r, now) {
-		return true
-	}
-	if a.faults.freeLiveGrants {
-		return key != ConfigKey && r.value.Held
-	}
-	return key != ConfigKey && r.value.Held && r.value.Config == nil && !a.faults.keepExpiredGrants && a.unused(r, now) &&
-		a.pickExpired(r, now)
+	return a.rules.droppable(a, key, r, now) || a.rules.picksExpired(a, key, r, now)
+}
+
+// picksExpired reports whether a sweep picks r, a grant this voter no
+// longer times, at now: nobody waits, no hand-off runs, and not yet in this
+// RegisterIdle period (design.md R75). A grant whose lease is timed here
+// is never picked (design.md R76).
+func (a *Acceptor) picksExpired(key string, r *register, now time.Duration) bool {
+	return key != ConfigKey && r.value.Held && r.value.Config == nil && a.unused(r, now) && a.pickExpired(r, now)
 }
 
 // pickExpired reports whether a sweep may pick r, a register holding a
@@ -200,14 +199,20 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}
-	if a.m.Pending && !a.faults.forgetWhilePending {
+	if a.rules.forgetsNothing(a) {
 		return Result{ID: op.ID, OK: true}
 	}
-	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.droppable(op.Key, r, now) {
+	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.rules.droppable(a, op.Key, r, now) {
 		a.drop(op.Key, r)
 	}
 	return Result{ID: op.ID, OK: true}
 }
+
+// forgetsNothing reports whether the acceptor forgets nothing now: while a
+// voter change is pending, a voter that restarts catches up from the
+// voters before it too, and a removed voter may hold a value the current
+// voters moved past (design.md R73).
+func (a *Acceptor) forgetsNothing() bool { return a.m.Pending }
 
 // SweepCandidates returns up to n keys that this voter's node may ask the
 // voters to forget: its own to pick (by hash), idle longest once there are
@@ -250,7 +255,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		return nil // swept a moment ago: the forgets of then are under way
 	}
 	a.sweptAt = now
-	if n <= 0 || (a.m.Pending && !a.faults.forgetWhilePending) {
+	if n <= 0 || a.rules.forgetsNothing(a) {
 		// None wanted now, or a change is pending: look again a retry
 		// interval later (NextTick).
 		return nil
@@ -271,7 +276,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 			break
 		}
 		own := bucketOf(r.key, uint32(len(a.m.Voters))) == self
-		if (own || a.pickedForOthers(r)) && a.sweepable(r.key, r, now) {
+		if (own || a.rules.pickedForOthers(r)) && a.sweepable(r.key, r, now) {
 			keys = append(keys, r.key)
 		}
 		a.touch(r) // looked at again later, forgotten or not
@@ -286,16 +291,12 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 // pickedForOthers reports whether a sweep picks r, a register of another
 // voter's bucket, at this look: a copy at its second look and every fourth
 // after, any other at its fourth look and every eighth after (the counts
-// wrap at 256, a multiple of both).
-func (a *Acceptor) pickedForOthers(r *register) bool {
-	switch {
-	case a.faults.ownBucketSweeps:
-		return false
-	case r.copied:
+// wrap at 256, a multiple of both; design.md R77).
+func (r *register) pickedForOthers() bool {
+	if r.copied {
 		return r.looks%4 == 1
-	default:
-		return r.looks%8 == 3 && !a.faults.ownBucketNoncopies
 	}
+	return r.looks%8 == 3
 }
 
 // minSweepLook is the fewest registers a sweep looks at.

@@ -221,16 +221,18 @@ func (a *Acceptor) Durable() bool { return a.disk != nil }
 // OnlyAChosenConfiguration). Without a disk an acceptor accepts no
 // configuration (ReasonNoDisk).
 func (a *Acceptor) ownNewerConfig() (*Ballot, *Membership) {
-	c := a.dur.Config
-	if r := a.regs[ConfigKey]; a.faults.countCopiedConfig && r != nil {
-		c = DurableRegister{Promise: r.promise, Accepted: r.accepted, Value: r.value}
-	}
+	c := a.rules.ownConfigVote(a)
 	if a.disk == nil || c.Value.Config == nil || !a.m.Newer(*c.Value.Config) {
 		return nil, nil
 	}
 	b := c.Accepted
 	return &b, c.Value.Config
 }
+
+// ownConfigVote is the acceptor's own promise and vote on the
+// configuration register, as its disk keeps them: never a copy merged in a
+// catch-up (design.md R68).
+func (a *Acceptor) ownConfigVote() DurableRegister { return a.dur.Config }
 
 // newerConfigAccepted is the version of a configuration the acceptor has
 // accepted itself but not adopted: it may have been chosen, so voters that
@@ -260,9 +262,6 @@ func (a *Acceptor) newerConfigRegister() (*Ballot, *Membership) {
 // acceptor's own vote tell: it was chosen, whatever became of the proposer
 // that wrote it.
 func (a *Acceptor) chosenNewer() *Membership {
-	if a.faults.ignoreNewerConfig {
-		return nil
-	}
 	ownB, ownM := a.ownNewerConfig()
 	count := func(b Ballot, voters []NodeID) bool {
 		n := 0

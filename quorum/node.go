@@ -85,15 +85,15 @@ type NodeConfig struct {
 	// (AcceptorConfig.NewMesh).
 	NewMesh bool
 
-	// faults break the protocol on purpose, in tests only.
-	faults nodeFaults
+	// rules, set by tests only, break rules of the protocol on purpose.
+	rules nodeRules
 }
 
-// nodeFaults are the rules a test breaks on purpose in every proposer and
-// acceptor the node makes.
-type nodeFaults struct {
-	prop proposerFaults
-	acc  acceptorFaults
+// nodeRules break rules of the protocol on purpose, in every proposer and
+// acceptor the node makes: set by tests only (nil: the protocol's rules).
+type nodeRules struct {
+	acc  func(*acceptorRules)
+	prop func(*proposerFaults)
 }
 
 // MessageKind says which payload a Message carries.
@@ -250,11 +250,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 			return nil, fmt.Errorf("%w: %s saved a configuration of another mesh (%#x, not %#x)",
 				ErrBadConfig, cfg.ID, d.Membership.Cluster(), cfg.Membership.Cluster())
 		}
-		if cfg.Membership.Newer(d.Membership) && !cfg.faults.acc.forgetConfig {
-			// Never back to an older configuration than the newest the
-			// node adopted (review finding 8).
-			cfg.Membership = d.Membership.clone()
-		}
+		// Never back to an older configuration than the newest the node
+		// adopted (design.md R53).
+		cfg.Membership, _ = acceptorRulesWith(cfg.rules.acc).restartConfig(cfg.Membership, d)
 	}
 	p, err := NewProposer(ProposerConfig{
 		ID: cfg.ID, Incarnation: cfg.Incarnation, Membership: cfg.Membership, Clock: cfg.Clock,
@@ -264,7 +262,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.faults = cfg.faults.prop
+	if cfg.rules.prop != nil {
+		cfg.rules.prop(&p.faults)
+	}
 	n := &Node{cfg: cfg, id: cfg.ID, inc: cfg.Incarnation, prop: p, m: cfg.Membership.clone(), changed: true}
 	n.voter = n.m.IsVoter(n.id)
 	if err := n.maybeVote(); err != nil {
@@ -288,7 +288,7 @@ func (n *Node) maybeVote() error {
 		RetryInterval: n.cfg.RetryInterval, HandoffGrace: n.cfg.HandoffGrace, Drift: n.cfg.Drift,
 		MaxRegisters: n.cfg.MaxRegisters, RegisterIdle: n.cfg.RegisterIdle,
 		Fresh: joined && inc == n.inc, Disk: n.cfg.Disk, Durable: n.cfg.Durable, NewMesh: n.cfg.NewMesh,
-		faults: n.cfg.faults.acc,
+		breakRules: n.cfg.rules.acc,
 	})
 	if err != nil {
 		return fmt.Errorf("quorum: %s cannot vote: %w", n.id, err)

@@ -9,59 +9,61 @@ import (
 
 // Rules broken on purpose, to show the simulator's checkers catch each.
 
-// nodeFaults are the rules n's new life breaks, as simConfig.Bug says: one
+// nodeRules are the rules n's new life breaks, as simConfig.Bug says: one
 // fault, or several joined by "+".
-func (s *sim) nodeFaults(n *simNode) nodeFaults {
-	var f nodeFaults
+func (s *sim) nodeRules(n *simNode) nodeRules {
+	var f nodeRules
 	for _, bug := range strings.Split(s.cfg.Bug, "+") {
 		s.addFault(&f, n, bug)
 	}
 	return f
 }
 
-// addFault adds one fault to f.
-func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
+// addFault adds one fault to f: a broken variant of the acceptor's rules
+// (rules_broken_test.go), a proposer fault, or both.
+func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 	switch bug {
 	case "skip-quarantine":
-		f.acc.skipQuarantine = true
+		f.breakAcceptor(skipQuarantine)
 	case "trust-own-empty-disk":
 		// Caught by a scripted run (TestScenarioWipedDiskVotesOnlyOnOthersWord)
 		// and by random runs of the disk-wipe family
 		// (TestCheckerCatchesTrustedEmptyDiskAtRandom).
-		f.acc.trustOwnEmptyDisk = true
+		f.breakAcceptor(trustOwnEmptyDisk)
 	case "short-quarantine":
-		f.acc.ownQuarantineOnly, f.acc.untimedCatchUp = true, true
+		f.breakAcceptor(shortQuarantine)
 	case "deaf-to-long-leases":
 		// Caught by a scripted run (TestScenarioLoweredTTLAcrossAMajorityLoss)
 		// and by random runs with the aimed faults' loweredTTLLoss
 		// episodes (TestCheckerCatchesDeafToLongLeasesAtRandom: 15 of
 		// 2,000 runs, first seed 38).
-		f.acc.deafToLongLeases = true
+		f.breakAcceptor(deafToLongLeases)
 	case "ballot-reuse":
-		f.acc.equalPrepareOK, f.prop.perKeyBallots = true, true
+		f.breakAcceptor(answerEqualPrepares)
+		f.breakProposer(func(p *proposerFaults) { p.perKeyBallots = true })
 	case "count-messages":
-		f.prop.countMessages = true
+		f.breakProposer(func(p *proposerFaults) { p.countMessages = true })
 	case "clock-after-prepare":
-		f.prop.clockAtGrant = true
+		f.breakProposer(func(p *proposerFaults) { p.clockAtGrant = true })
 	case "alive-majority":
-		f.prop.aliveMajority = func() []NodeID { return s.reachableVoters(n) }
+		f.breakProposer(func(p *proposerFaults) { p.aliveMajority = func() []NodeID { return s.reachableVoters(n) } })
 	case "reuse-epoch":
-		f.prop.noEpochFloor = true
+		f.breakProposer(func(p *proposerFaults) { p.noEpochFloor = true })
 	case "skip-migration":
-		f.prop.skipMigration = true
+		f.breakProposer(func(p *proposerFaults) { p.skipMigration = true })
 	case "any-timer-locks":
-		f.prop.anyTimerLocks = true
+		f.breakProposer(func(p *proposerFaults) { p.anyTimerLocks = true })
 	case "fast-path-any-voter":
-		f.prop.fastAnyVoter = true
+		f.breakProposer(func(p *proposerFaults) { p.fastAnyVoter = true })
 	case "ignore-reserved":
-		f.acc.ignoreReserved = true
+		f.breakAcceptor(ignoreReserved)
 	case "forget-config":
-		f.acc.forgetConfig = true
+		f.breakAcceptor(forgetConfig)
 	case "ignore-ballot-mark":
 		// Caught by random runs with aimed restarts
 		// (TestCheckerCatchesForgottenBallotMarkAtRandom) and by a
 		// scripted one (TestCheckerCatchesForgottenBallotMark).
-		f.acc.ignoreBallotMark = true
+		f.breakAcceptor(ignoreBallotMark)
 	case "ignore-newer-config":
 		// Caught by random runs with the disk-loss family's lost-adopter
 		// episodes (TestCheckerCatchesIgnoredNewerConfigAtRandom: 69 of
@@ -71,19 +73,19 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// from disk shows only its effect
 		// (TestDurableRestartNeverVotesInAReplacedConfiguration). The
 		// family's storms reach its state but broke nothing in 500.
-		f.acc.ignoreNewerConfig = true
+		f.breakAcceptor(ignoreNewerConfig)
 	case "count-copied-config":
 		// Caught by a scripted run
 		// (TestReviewListingRestartedVoterAdoptsOnlyAChosenConfiguration);
 		// no random run is known to (simConfig.DiskLoss: none in 500).
-		f.acc.countCopiedConfig = true
+		f.breakAcceptor(countCopiedConfig)
 	case "forget-own-vote":
 		// Caught by random runs with the disk-loss family's lost-adopter
 		// episodes (TestCheckerCatchesForgottenOwnVoteAtRandom: 23 of 400
 		// runs, first seed 6 with 5 voters) and by a scripted run
 		// (TestAuditAmnesiacVoterThatAcceptedTheNewConfiguration); the
 		// family's storms caught none in 500.
-		f.acc.forgetOwnVote = true
+		f.breakAcceptor(forgetOwnVote)
 	case "forget-amnesia-vote":
 		// Caught by a scripted run
 		// (TestAudit2NewDiskVoterForgetsItVotedAfterARestart), and
@@ -91,67 +93,67 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// episodes (TestCheckerCatchesForgottenAmnesiaVoteAtRandom: 1 of
 		// 400 runs, seed 8 with 5 voters); the family's storms reach a
 		// voter live at once on its new disk, but broke nothing in 500.
-		f.acc.forgetAmnesiaVote = true
+		f.breakAcceptor(forgetAmnesiaVote)
 	case "full-restart-ignores-newer":
 		// Caught by a scripted run
 		// (TestAudit5FullRestartIgnoresANewerConfiguration); no random
 		// run is known to (simConfig.DiskLoss: none in 500).
-		f.acc.fullRestartIgnoresNewer = true
+		f.breakAcceptor(fullRestartIgnoresNewer)
 	case "trust-forgotten":
 		// Caught by a scripted run
 		// (TestAudit6ForgottenAnswersCountAsUnknown).
-		f.acc.trustForgotten = true
+		f.breakAcceptor(trustForgotten)
 	case "sticky-lost":
 		// Caught by a scripted run
 		// (TestAudit7StickyLostCountsARecoveredVoter).
-		f.acc.stickyLost = true
+		f.breakAcceptor(stickyLost)
 	case "copies-vote":
 		// Caught by a scripted run (TestAudit7ConfigCopiesLookChosen).
-		f.acc.copiesVote = true
+		f.breakAcceptor(copiesVote)
 	case "list-counts-copies":
 		// Shown by a scripted run (TestReviewListingCopiesAreNoVotes): a
 		// listing settles as held a value accepted at one voter and
 		// copied by another, never chosen. Simulated runs list nothing.
-		f.acc.listCopiesVote = true
+		f.breakAcceptor(listCountsCopies)
 	case "new-voters-only":
 		// A stall, shown by a scripted run
 		// (TestAudit7PendingAddStallsAFullRestartOfThePrevMajority).
-		f.acc.newVotersOnly = true
+		f.breakAcceptor(newVotersOnly)
 	case "keep-stale-catch-up":
 		// Caught by the aimed seed that found it
 		// (TestCheckerCatchesStaleCatchUp).
-		f.acc.keepStaleCatchUp = true
+		f.breakAcceptor(keepStaleCatchUp)
 	case "lost-with-later-lives":
 		// Caught by the seed that found it
 		// (TestCheckerCatchesLostWithToLaterLives).
-		f.acc.lostWithLaterLives = true
+		f.breakAcceptor(lostWithLaterLives)
 	case "ignore-quiet":
 		// A stall, shown by a scripted run
 		// (TestAudit8PartnerRestartedAgainCountsTheLiveVoter).
-		f.acc.ignoreQuiet = true
+		f.breakAcceptor(ignoreQuiet)
 	case "keep-quiet":
 		// Caught by scripted runs (TestAudit9QuietLivesEndWhenALifeVotes,
 		// TestAudit10FiveVotersQuietLivesEndWhenALifeVotes); no random run
 		// is known to (the disk-loss family never reaches the rule: a
 		// reviewer compared 450 of its runs with ignore-quiet and found
 		// none differ; the aimed family reaches it in 65 of 1,950).
-		f.acc.keepQuiet = true
+		f.breakAcceptor(keepQuiet)
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one
 		// (TestReconfigListsKeysAtAMajority).
-		f.prop.listFromOne = true
+		f.breakProposer(func(p *proposerFaults) { p.listFromOne = true })
 	case "floor-on-majority":
 		// Caught by random runs with aimed restarts
 		// (TestCheckerCatchesFullRestartOnAMajorityAtRandom) and by a
 		// scripted one (TestCheckerCatchesFullRestartOnAMajority).
-		f.acc.floorOnMajority = true
+		f.breakAcceptor(floorOnMajority)
 	case "skip-prev-catch-up":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesPendingCatchUpFromNewVotersOnly) and by
 		// scripted ones (TestReconfigPendingCatchUpAsksThePreviousVoters,
 		// TestReviewListingRestartedVoterAnswersOnlyOnceCaughtUp).
-		f.acc.skipPrevCatchUp = true
+		f.breakAcceptor(skipPrevCatchUp)
 	case "keep-fast-on-adopt":
 		// No run is known in which it breaks an invariant (see
 		// TestProposerAdoptingAConfigurationDropsFastPaths): 1,400 random
@@ -160,75 +162,78 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Voter and TestCheckerCatchesPendingCatchUpFromNewVotersOnly,
 		// seeds 1-200 with aimedChanges and partitions, and with the
 		// default faults and aimed ones).
-		f.prop.keepFastOnAdopt = true
+		f.breakProposer(func(p *proposerFaults) { p.keepFastOnAdopt = true })
 	case "read-empty-epoch":
 		// Caught by a scripted run (TestScenarioReadWritingBackAForgottenKey)
 		// and by the seed that found it.
-		f.prop.readEmptyEpoch = true
+		f.breakProposer(func(p *proposerFaults) { p.readEmptyEpoch = true })
 	case "config-without-floors":
 		// Caught by a seeded run (TestCheckerCatchesConfigWithoutFloors).
-		f.prop.configWithoutFloors = true
+		f.breakProposer(func(p *proposerFaults) { p.configWithoutFloors = true })
 	case "migrate-full-ttl":
-		f.prop.migrateFullTTL = true
+		f.breakProposer(func(p *proposerFaults) { p.migrateFullTTL = true })
 	case "forget-held":
-		f.acc.dropAny, f.prop.forgetAny = true, true
+		f.breakAcceptor(dropAny)
+		f.breakProposer(func(p *proposerFaults) { p.forgetAny = true })
 	case "forget-on-majority":
-		f.prop.forgetOnMajority = true
+		f.breakProposer(func(p *proposerFaults) { p.forgetOnMajority = true })
 	case "forget-evicted-on-majority":
-		f.prop.forgetEvictedOnMajority = true
+		f.breakProposer(func(p *proposerFaults) { p.forgetEvictedOnMajority = true })
 	case "no-sweep-write-back":
 		// Shown by a scripted run (TestAudit8DemotedCopiesAreNeverSwept):
 		// demoted copies are kept for good.
-		f.prop.noSweepWriteBack = true
+		f.breakProposer(func(p *proposerFaults) { p.noSweepWriteBack = true })
 	case "sweep-needs-every-free":
 		// Shown by a scripted run (TestAudit11SweepLeavesAReleaseAVoterMissed):
 		// a release one voter missed keeps the key at every voter for good.
-		f.prop.sweepNeedsEveryFree = true
+		f.breakProposer(func(p *proposerFaults) { p.sweepNeedsEveryFree = true })
 	case "own-bucket-sweeps":
 		// Shown by the same run: a key whose own voter holds nothing of
 		// it is kept for good by the voters that copied it, and those
 		// they copied from.
-		f.acc.ownBucketSweeps = true
+		f.breakAcceptor(ownBucketSweeps)
 	case "own-bucket-noncopies":
 		// Shown by a scripted run
 		// (TestAudit12SweepFreesARegisterWhoseForgetOneVoterMissed): a
 		// register a voter kept when the forget to it was lost is kept
 		// for good.
-		f.acc.ownBucketNoncopies = true
+		f.breakAcceptor(ownBucketNoncopies)
 	case "keep-expired-grants":
 		// Shown by a scripted run
 		// (TestAudit13SweepFreesAGrantWhoseHolderCrashed): a grant whose
 		// holder crashed without releasing it is kept by every voter for
 		// good.
-		f.acc.keepExpiredGrants, f.prop.keepExpiredGrants = true, true
+		f.breakAcceptor(keepExpiredGrants)
+		f.breakProposer(func(p *proposerFaults) { p.keepExpiredGrants = true })
 	case "free-live-grants":
 		// Caught by random runs (TestCheckerCatchesFreeingLiveGrants: seed
 		// 2 with 3 voters) and by a scripted one
 		// (TestAudit13SweepLeavesALeaseAVoterStillTimes): a voter cut off
 		// from a holder that renews through the others frees its lease,
 		// and another node is granted the key inside it (I1).
-		f.acc.freeLiveGrants, f.prop.freeLiveGrants = true, true
+		f.breakAcceptor(freeLiveGrants)
+		f.breakProposer(func(p *proposerFaults) { p.freeLiveGrants = true })
 	case "forget-while-pending":
-		f.acc.forgetWhilePending = true
+		f.breakAcceptor(forgetWhilePending)
 	case "observe-highest":
-		f.prop.observeHighest = true
+		f.breakProposer(func(p *proposerFaults) { p.observeHighest = true })
 	case "observe-forgotten-held":
 		// Shown by a scripted run (TestObserveForgottenKeyAfterAMissedRelease):
 		// an observer that missed a release reports the key held for good
 		// once the voters forgot it.
-		f.prop.observeForgottenHeld = true
+		f.breakProposer(func(p *proposerFaults) { p.observeForgottenHeld = true })
 	case "observe-keeps-ballots":
 		// Seed 179 with 3 voters (TestObserverAfterMajorityLoss): every
 		// voter crashes without its state, the key is granted and freed
 		// again under lower ballots, and an observer that saw it held
 		// before shows it held for good (O3).
-		f.prop.observeKeepsBallots = true
+		f.breakProposer(func(p *proposerFaults) { p.observeKeepsBallots = true })
 	case "observe-any-ballot-expiry":
 		// Caught by a scripted run (TestObserveExpiryNeedsOneBallot) and by
 		// random observer runs (TestCheckerCatchesObserverExpiryAtAnyBallot):
 		// an observer reports a lease ended while its holder renews it
 		// through voters whose word has not reached the observer (O4).
-		f.prop.observeAnyBallotExpiry = true
+		f.breakProposer(func(p *proposerFaults) { p.observeAnyBallotExpiry = true })
 	case "read-expiry-at-write-back":
 		// Shown by a scripted run (TestReadExpiryNeedsALeaseBallot): a read
 		// reports a lease ended while its holder renews it (O4). Random
@@ -236,7 +241,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// round more than a Notice apart (the holder renews through one of
 		// them in between, before its lease's notice), and their round
 		// timeout (40 ms) is below the Notice (100 ms).
-		f.prop.readExpiryAtWriteBack = true
+		f.breakProposer(func(p *proposerFaults) { p.readExpiryAtWriteBack = true })
 	case "observe-inc-order":
 		// Shown by a scripted run (TestObserverAfterMajorityLossWithClocksSetBack)
 		// and step by step (TestObserverOrdersLivesByRounds): voters that
@@ -247,7 +252,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// (simConfig.WallIncarnations), whose marks keep the ballots after
 		// a majority's loss above those before; without disks, a clock set
 		// back that far would break the tokens' wall-clock floor first.
-		f.prop.observeIncOrder = true
+		f.breakProposer(func(p *proposerFaults) { p.observeIncOrder = true })
 	}
 }
 

@@ -706,7 +706,7 @@ func (s *sim) start(n *simNode) {
 		MaxTTL:      n.ttl, Quarantine: s.quarantineOf(s.cfg.timingOf(n.ttl)), CatchUpBuckets: 4,
 		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
 		MaxRegisters: s.cfg.MaxRegisters, RegisterIdle: s.cfg.RegisterIdle,
-		faults: s.nodeFaults(n),
+		rules: s.nodeRules(n),
 	})
 	if err != nil {
 		panic(err)
