@@ -2,11 +2,60 @@ package quorum
 
 import "time"
 
+// register is one key as an acceptor keeps it.
+type register struct {
+	promise Ballot
+	// promisedBy is the round (Op.ID) of the prepare that made the
+	// promise, zero when an accept's Next or a catch-up made it: only a
+	// prepare of that very round may be answered again at that ballot.
+	promisedBy uint64
+	accepted   Ballot
+	value      Value
+	maxEpoch   uint64
+	// copied: accepted and value came from a catch-up, not from an
+	// accept (Result.Copy).
+	copied bool
+	// looks counts the sweeps that looked at the register since a round
+	// last used it (it wraps; see SweepCandidates).
+	looks uint8
+	// pickedIn is the RegisterIdle period (from 1) in which a sweep last
+	// picked the register while it held a grant this voter does not time
+	// (pickExpired); in the padding after looks, so the register stays 256
+	// bytes.
+	pickedIn uint32
+	// until is when this acceptor's exclusion timer for value's grant
+	// runs out, on its own clock; hasTimer is false when value is free, or
+	// a grant this acceptor only learned by a write-back (see Value).
+	until    time.Duration
+	hasTimer bool
+	// line is the key's line of waiters and its hand-off, nil while
+	// nobody waits and no hand-off runs: most registers never have one,
+	// and a held lease's register lives as long as the lease.
+	line *waitLine
+	// key names the register; usedAt is when it was last used, and older
+	// and newer its neighbours in the acceptor's list of registers by
+	// last use (acceptor_registers.go).
+	key          string
+	usedAt       time.Duration
+	older, newer *register
+}
+
+// remaining is how long the exclusion timer still runs at now.
+func (r *register) remaining(now time.Duration) time.Duration {
+	if !r.hasTimer || !r.value.Held {
+		return 0
+	}
+	if left := r.until - now; left > 0 {
+		return left
+	}
+	return 0
+}
+
 // Registers are finite. An acceptor that kept every key ever touched would
 // grow without bound under per-entity locking (invoice/<id>), and any member
 // could pin its memory with prepares of made-up keys. So a key that no
 // voter needs any more is forgotten, and two floors stand for every
-// forgotten register (DESIGN §3.2a):
+// forgotten register (design.md R69):
 //
 //   - the promise floor, the highest ballot any dropped register promised
 //     or accepted: a new register starts promised to it, so a round begun
@@ -41,7 +90,7 @@ import "time"
 // holder crashed, was shut down without releasing, or lost its lease and
 // never freed it was kept by every voter until someone acquired the key
 // again, which under per-entity locking nobody does: every key a crashed
-// node held stayed (issue 11 finding 6). So a sweep also picks a held
+// node held stayed (design.md R75). So a sweep also picks a held
 // register that this voter no longer times (sweepable), and if every
 // voter answers its peek, none reports time left on the lease, and the
 // value at the highest ballot is that grant, it frees it as a takeover
@@ -56,7 +105,7 @@ import "time"
 //
 // Nor is anything forgotten while a voter change is pending. A voter that
 // restarts then catches up from the voters before the change as well
-// (acceptor_recovery.go), and the change lists and moves the keys those
+// (acceptor_catchup.go), and the change lists and moves the keys those
 // hold; but a voter the change removes is asked by no forget of the new
 // configuration, and may hold a value the current voters have since moved
 // past: had they forgotten the key, that value would again be the highest
@@ -162,8 +211,7 @@ func (a *Acceptor) picksExpired(key string, r *register, now time.Duration) bool
 // which the peeks then find timed elsewhere. Over MaxRegisters a sweep
 // looks at registers whatever their idleness, an eighth of a retry
 // interval apart: without the bound each such lease cost three peeks at
-// every sweep, for good (TestReviewSweepsOfLiveLeasesOverTheCapStorm: 1,848
-// peeks in 4 s at 24 leases). A grant that did expire everywhere is freed
+// every sweep, for good (1,848 peeks in 4 s at 24 leases; design.md R78). A grant that did expire everywhere is freed
 // at its first pick, and the free register is then swept as any other.
 func (a *Acceptor) pickExpired(r *register, now time.Duration) bool {
 	period := uint32(now/a.cfg.RegisterIdle) + 1 // 0: never picked
@@ -229,14 +277,12 @@ func (a *Acceptor) forgetsNothing() bool { return a.m.Pending }
 //     look of this voter's, and then at every fourth look. A voter that
 //     goes live after a majority loss need not have copied every bucket
 //     before it does: what it missed lives on at the voters it copied
-//     from and at those that copied it, for good
-//     (TestAudit8DemotedCopiesAreNeverSwept: k0, whose own voter held
-//     nothing of it);
+//     from and at those that copied it, for good (design.md R77);
 //   - any other once it outlived four looks, and then at every eighth: a
 //     register this voter kept when the others forgot the key (the forget
 //     to it was lost, or it could not drop the register then), which the
 //     key's own voter, holding nothing of it, never looks at again
-//     (TestAudit12SweepFreesARegisterWhoseForgetOneVoterMissed). By then
+//     (design.md R77). By then
 //     the own voter has picked the key at four looks of its own.
 //
 // Not every look: picking every idle key of every bucket would multiply
@@ -320,8 +366,7 @@ func (a *Acceptor) sweepEvery() time.Duration {
 // register made before must report it too: a proposer takes its next epoch
 // above the highest a majority reports, and a register reporting less than
 // the floor let a configuration whose voters all joined after the floor was
-// set grant a token below one granted before (soak seed 201622, 3 voters:
-// k1 granted 1795910407311436 after 1795910467123278).
+// set grant a token below one granted before (design.md R12).
 func (a *Acceptor) maxEpoch(r *register) uint64 { return max(r.maxEpoch, a.epochFloor) }
 
 // raiseEpochFloor raises the epoch floor to a settled configuration's
