@@ -72,7 +72,7 @@ func (a *Acceptor) startCatchUp() {
 // while a change is pending, every other voter before it (design.md R38,
 // R39).
 func (a *Acceptor) catchUpPeers() []NodeID {
-	var peers []NodeID
+	peers := make([]NodeID, 0, len(a.m.Voters)+len(a.m.Prev))
 	for _, v := range a.m.Voters {
 		if v != a.cfg.ID {
 			peers = append(peers, v)
@@ -121,7 +121,7 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 	if a.state == Live && a.diskErr == nil {
 		resp.PromiseFloor, resp.EpochFloor = a.promiseFloor, a.epochFloor
 		if inc := a.restartedWith[req.From]; inc != 0 && req.Inc != 0 {
-			resp.LostWith = a.rules.countedLife(req.Inc, inc) || a.rules.quietSince(req, inc)
+			resp.LostWith = a.rules.countedLife(req.Inc, inc) || a.rules.quietSince(req.Quiet, inc)
 		}
 	}
 	if req.Config != a.m.ID {
@@ -186,11 +186,11 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 func countedLife(asker, counted uint64) bool { return asker == counted }
 
 // quietSince reports whether the asker's disk shows that none of its lives
-// since the one counted went live (CatchUpRequest.Quiet): its registers are
+// since the one counted went live (quiet, CatchUpRequest.Quiet): its registers are
 // then as gone as that life's, and nothing was chosen with it since, so a
 // partner that restarts again before it votes may count this voter too
 // (design.md R46).
-func quietSince(req *CatchUpRequest, counted uint64) bool { return slices.Contains(req.Quiet, counted) }
+func quietSince(quiet []uint64, counted uint64) bool { return slices.Contains(quiet, counted) }
 
 // tellsRecovery says, in a recovering acceptor's answer, what it knows of
 // its earlier lives: restarted from its disk, which holds every
@@ -299,7 +299,7 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 		return // an answer to an earlier, repeated question
 	}
 	p.recovering = false
-	a.rules.peerCaughtUp(p, resp)
+	a.rules.peerCaughtUp(p, resp.LostWith)
 	a.mergeFloors(resp.PromiseFloor, resp.EpochFloor)
 	for i := range resp.Entries {
 		a.merge(&resp.Entries[i])
@@ -314,13 +314,13 @@ func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
 }
 
 // answeredLive takes note of a bucket p answered as a live voter: if not on
-// this acceptor's word, it caught up from others (or never lost anything
+// this acceptor's word (lostWith), it caught up from others (or never lost anything
 // since this acceptor started), and holds what a majority held. It no
 // longer counts as a voter that lost its registers with this one: counted
 // so, it let a chain of restarts that never overlapped in a majority pass
 // for one that did (design.md R47).
-func (p *peerCatchUp) answeredLive(resp *CatchUpResponse) {
-	if !resp.LostWith {
+func (p *peerCatchUp) answeredLive(lostWith bool) {
+	if !lostWith {
 		p.lost, p.lostWith = false, false
 	}
 }

@@ -54,7 +54,7 @@ const horizonBucket = ^uint32(0)
 // horizons (see horizonAsk): every other voter, and those before a pending
 // change (design.md R36).
 func (a *Acceptor) horizonPeers() []NodeID {
-	var ask []NodeID
+	ask := make([]NodeID, 0, len(a.m.Voters)+len(a.m.Prev))
 	for _, v := range append(slices.Clone(a.m.Voters), a.m.Prev...) {
 		if v != a.cfg.ID && !slices.Contains(ask, v) {
 			ask = append(ask, v)

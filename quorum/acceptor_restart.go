@@ -144,14 +144,9 @@ func (a *Acceptor) maybeGoLive() {
 		a.Adopt(*m)
 		return
 	}
-	answered := 1
-	lost := []NodeID{a.cfg.ID} // this acceptor is recovering too
+	answered := 1 // this acceptor, recovering
 	for _, p := range a.catchUp.peers {
-		switch {
-		case a.rules.countsAsLost(p):
-			lost = append(lost, p.id)
-			answered++
-		case p.done:
+		if a.rules.countsAsLost(p) || p.done {
 			answered++
 		}
 	}
@@ -178,7 +173,7 @@ func (a *Acceptor) maybeGoLive() {
 		// epochs and ballots going up), and the change cannot finish
 		// without them. Waiting would stall the mesh for good.
 		a.floorOnly = true
-	case a.rules.lostMajority(a, lost) && a.rules.heardAll(a, answered) && !a.rules.newerStopsFullRestart(a):
+	case a.rules.lostMajority(a) && a.rules.heardAll(a, answered) && !a.rules.newerStopsFullRestart(a):
 		// Every voter answered and a majority of them lost their state:
 		// a full restart (design.md R41).
 		a.floorOnly = true
@@ -205,22 +200,26 @@ func (p *peerCatchUp) countsAsLost() bool { return p.recovering || p.lostWith &&
 // them tells them the newer configuration instead (design.md R41).
 func (a *Acceptor) heardAll(answered int) bool { return answered == len(a.catchUp.peers)+1 }
 
-// lostMajority reports whether the voters in lost, which lost their
-// registers, are a majority of the voters or, while a change is pending,
-// of those before it, which alone hold the keys the change has not moved
-// yet. Counting the new voters only, two of three voters before an
-// addition that restarted, one on a new disk, waited for each other for
-// good, and the pending change could not finish without them (design.md
-// R42).
-func (a *Acceptor) lostMajority(lost []NodeID) bool {
-	return majorityOf(lost, a.m.Voters) || a.m.Pending && majorityOf(lost, a.m.Prev)
+// lostMajority reports whether the voters that lost their registers with
+// this acceptor (itself, and the peers countsAsLost) are a majority of the
+// voters or, while a change is pending, of those before it, which alone
+// hold the keys the change has not moved yet. Counting the new voters
+// only, two of three voters before an addition that restarted, one on a
+// new disk, waited for each other for good, and the pending change could
+// not finish without them (design.md R42).
+func (a *Acceptor) lostMajority() bool {
+	return a.lostIn(a.m.Voters) || a.m.Pending && a.lostIn(a.m.Prev)
 }
 
-// majorityOf reports whether ids include a majority of voters.
-func majorityOf(ids, voters []NodeID) bool {
+// lostIn reports whether a majority of voters lost their registers with
+// this acceptor, itself among them.
+func (a *Acceptor) lostIn(voters []NodeID) bool {
 	n := 0
-	for _, v := range ids {
-		if slices.Contains(voters, v) {
+	if slices.Contains(voters, a.cfg.ID) {
+		n++
+	}
+	for _, p := range a.catchUp.peers {
+		if a.rules.countsAsLost(p) && slices.Contains(voters, p.id) {
 			n++
 		}
 	}

@@ -52,7 +52,7 @@ type acceptorRules struct {
 	peerRestarted func(a *Acceptor, p *peerCatchUp, inc uint64)
 	// peerCaughtUp: a peer that answers as a live voter, not on this
 	// acceptor's word, no longer counts as lost (design.md R47).
-	peerCaughtUp func(p *peerCatchUp, resp *CatchUpResponse)
+	peerCaughtUp func(p *peerCatchUp, lostWith bool)
 	// mergesConfig: a catch-up merges a copy of the configuration register
 	// (design.md R68).
 	mergesConfig func(a *Acceptor) bool
@@ -73,14 +73,14 @@ type acceptorRules struct {
 	// lostMajority: the voters that lost their registers are a majority of
 	// the voters, or of those before a pending change (design.md R41,
 	// R42).
-	lostMajority func(a *Acceptor, lost []NodeID) bool
+	lostMajority func(a *Acceptor) bool
 	// demoteCopies: going live without a full catch-up holds each copy at
 	// a ballot of its own (design.md R44).
 	demoteCopies func(a *Acceptor)
 	// countedLife and quietSince: LostWith goes to the life counted, or to
 	// a later one that names it among its quiet lives (design.md R46).
 	countedLife func(asker, counted uint64) bool
-	quietSince  func(req *CatchUpRequest, counted uint64) bool
+	quietSince  func(quiet []uint64, counted uint64) bool
 	// countsAsRestarted: a peer counts toward a majority restarted from
 	// disks (design.md R45, R54).
 	countsAsRestarted func(p *peerCatchUp) bool

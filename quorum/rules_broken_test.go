@@ -113,7 +113,7 @@ func floorOnMajority(r *acceptorRules) {
 // newVotersOnly counts, for a full restart during a pending change, the new
 // voters only (R42).
 func newVotersOnly(r *acceptorRules) {
-	r.lostMajority = func(a *Acceptor, lost []NodeID) bool { return majorityOf(lost, a.m.Voters) }
+	r.lostMajority = func(a *Acceptor) bool { return a.lostIn(a.m.Voters) }
 }
 
 // copiesVote reports values copied in a catch-up as accepted (R43).
@@ -146,13 +146,13 @@ func lostWithLaterLives(r *acceptorRules) {
 // ignoreQuiet says no LostWith to a later life whose disk shows that no
 // life since the one counted voted (R46).
 func ignoreQuiet(r *acceptorRules) {
-	r.quietSince = func(*CatchUpRequest, uint64) bool { return false }
+	r.quietSince = func([]uint64, uint64) bool { return false }
 }
 
 // stickyLost counts a peer that said it restarted as such after it caught
 // up from others (R47).
 func stickyLost(r *acceptorRules) {
-	r.peerCaughtUp = func(*peerCatchUp, *CatchUpResponse) {}
+	r.peerCaughtUp = func(*peerCatchUp, bool) {}
 }
 
 // keepQuiet, going live, leaves the disk's quiet lives as they are (R48).
@@ -374,8 +374,8 @@ func TestAcceptorRulesBrokenVariants(t *testing.T) {
 		}
 	}
 	rules := acceptorRulesWith(faultsNamed("lost-with-later-lives+ignore-quiet").acc)
-	if !rules.countedLife(8, 7) || rules.quietSince(&CatchUpRequest{Quiet: []uint64{7}}, 7) {
+	if !rules.countedLife(8, 7) || rules.quietSince([]uint64{7}, 7) {
 		t.Errorf("lost-with-later-lives+ignore-quiet: LostWith to a later life %v, to a quiet one %v",
-			rules.countedLife(8, 7), rules.quietSince(&CatchUpRequest{Quiet: []uint64{7}}, 7))
+			rules.countedLife(8, 7), rules.quietSince([]uint64{7}, 7))
 	}
 }
