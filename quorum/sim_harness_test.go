@@ -912,9 +912,9 @@ func (s *sim) flush(n *simNode) {
 				s.check.requestSent(n, msg.Request)
 			}
 			if msg.Kind == MsgNotify && s.cfg.Trace {
-				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To(), msg.Notify.Keys, msg.Notify.Promised)
+				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To, msg.Notify.Keys, msg.Notify.Promised)
 			}
-			s.sendMessage(n, s.node(msg.To()), msg)
+			s.sendMessage(n, s.node(msg.To), msg)
 		}
 		for _, ev := range rd.Leases {
 			if s.onLease != nil {
