@@ -159,7 +159,7 @@ func (m *Mesh) driveLocked(batch []driveWaiter) {
 			m.inbound[w.in.msg.Ref] = w.in
 			m.node.Step(&w.in.msg)
 		case w.answer != nil:
-			m.node.Step(&quorum.Message{Kind: quorum.MsgResponse, Response: w.answer})
+			m.node.Step(&quorum.Message{Kind: quorum.MsgResponse, From: w.answer.From, To: m.name, Response: w.answer})
 			wire.ResultsPool.Put(w.answer.Results) // the node is done with them (quorum.Message)
 		}
 	}
@@ -200,7 +200,7 @@ func (m *Mesh) send(msg *quorum.Message) {
 		m.answered(msg)
 		return
 	}
-	to := msg.To()
+	to := msg.To
 	addr, ok := m.book.rpcAddr(string(to))
 	if !ok {
 		m.incr("send.unknown_peer", 1)
@@ -283,7 +283,7 @@ func (m *Mesh) catchUpCall(addr string, to quorum.NodeID, body []byte) {
 		}
 		return
 	}
-	m.step(&quorum.Message{Kind: quorum.MsgCatchUpReply, CatchUpReply: resp})
+	m.step(&quorum.Message{Kind: quorum.MsgCatchUpReply, From: to, To: m.name, CatchUpReply: resp})
 }
 
 // inbound is a request from the network at the node, and the answer the
@@ -332,7 +332,7 @@ func (m *Mesh) answered(msg *quorum.Message) {
 		}
 	case quorum.MsgCatchUpReply:
 		if in.version < wire.Version3 && carriesValues(msg.CatchUpReply) {
-			in.err = m.refuseOldCatchUp(msg.CatchUpReply.To)
+			in.err = m.refuseOldCatchUp(msg.To)
 			return
 		}
 		in.body, in.err = encode(kindCatchUpReply, msg.CatchUpReply)
@@ -399,7 +399,7 @@ func (m *Mesh) handleRequest(from string, body []byte) ([]byte, error) {
 	in := inbounds.Get().(*inbound)
 	in.version = m.peerVersion(from)
 	req.NoData = in.version < wire.Version3 // it writes back what it read without values
-	in.msg = quorum.Message{Kind: quorum.MsgRequest, Request: req}
+	in.msg = quorum.Message{Kind: quorum.MsgRequest, From: req.From, To: m.name, Request: req}
 	err = m.ask(in)
 	wire.OpsPool.Put(req.Ops) // the node is done with them (quorum.Message)
 	body, config := in.body, in.config
@@ -426,7 +426,8 @@ func (m *Mesh) handleCatchUp(from string, body []byte) ([]byte, error) {
 		return m.answerListing(req) // locks.go
 	}
 	theirs := req.Config
-	in := &inbound{msg: quorum.Message{Kind: quorum.MsgCatchUp, CatchUp: req}, version: m.peerVersion(from)}
+	in := &inbound{msg: quorum.Message{Kind: quorum.MsgCatchUp, From: req.From, To: m.name, CatchUp: req},
+		version: m.peerVersion(from)}
 	if err := m.ask(in); err != nil {
 		return nil, err
 	}
@@ -471,7 +472,7 @@ func (h handler) HandleMessage(from string, body []byte) {
 		}
 		return
 	}
-	m.step(&quorum.Message{Kind: quorum.MsgNotify, Notify: n})
+	m.step(&quorum.Message{Kind: quorum.MsgNotify, From: n.From, To: m.name, Notify: n})
 }
 
 // timerLoop ticks the node when its timers are due.

@@ -1,241 +1,9 @@
 package quorum
 
 import (
-	"fmt"
 	"slices"
 	"time"
 )
-
-// AcceptorConfig configures an Acceptor.
-type AcceptorConfig struct {
-	// ID is this node's name. Required.
-	ID NodeID
-	// Incarnation identifies this start of the node; a new value on every
-	// start (the mesh uses the wall clock in nanoseconds). Required, non-zero.
-	Incarnation uint64
-	// Membership is the voter configuration. ID must be one of its voters.
-	Membership Membership
-	// Clock is this node's clock. Required.
-	Clock Clock
-	// MaxTTL is the longest exclusion (Value.TTL) the acceptor agrees to
-	// hold. Required, > 0.
-	MaxTTL time.Duration
-	// Quarantine is how long after its start the acceptor refuses to vote,
-	// measured on its own clock. It must cover every lease it may have
-	// accepted before it lost its memory: at least MaxTTL, which is at
-	// least D_P/γ for the longest lease (see lease.Timing.Quarantine).
-	Quarantine time.Duration
-	// CatchUpBuckets is how many pieces a catch-up transfer is cut into, so
-	// that no single message carries the whole key space. Zero means 16.
-	CatchUpBuckets uint32
-	// RetryInterval is how long the acceptor waits for a catch-up answer
-	// before asking again. Zero means 100ms.
-	RetryInterval time.Duration
-	// HandoffGrace is how long a waiter told that a key is free has to take
-	// it before the next waiter in line is told. Zero means 100ms.
-	HandoffGrace time.Duration
-	// Drift is ρ, the largest clock-rate error of any node (0.01 = 1%),
-	// in [0, 0.5). A timer the acceptor learns from another voter's clock
-	// (catch-up) is stretched by (1+ρ)/(1−ρ) to outlast it on this one.
-	Drift float64
-	// MaxRegisters is how many registers the acceptor keeps before it
-	// drops those idle longest that nothing depends on (see
-	// acceptor_registers.go). Zero means 65536.
-	MaxRegisters int
-	// RegisterIdle is how long a register that nothing depends on is kept
-	// unused before it is dropped. Zero means 10×MaxTTL.
-	RegisterIdle time.Duration
-	// Fresh starts the acceptor live, without quarantine or catch-up: only
-	// for a node that has just been added to the voters and never voted
-	// before (a removed voter's name never returns). An empty acceptor is a
-	// correct one; what is dangerous is one that forgot what it did.
-	Fresh bool
-	// Disk, when set, keeps the acceptor's Durable state (see durable.go),
-	// and Durable is the state it saved in its earlier life: nil when it has
-	// never saved any (a new disk). Without a disk the acceptor keeps
-	// everything in memory, and refuses to vote on voter changes.
-	Disk    Disk
-	Durable *Durable
-	// NewMesh is the operator's word that the mesh is brand-new: no voter
-	// has ever voted. It matters only on a new disk (Disk set, Durable
-	// nil), which by itself proves nothing, since a wiped disk looks the
-	// same: the acceptor then votes at once if a majority of the voters,
-	// itself included, say they never voted and none says it has.
-	// Without it, it needs the word of so many others that they meet
-	// every majority (see maybeGoLive). A voter that hears that some voter
-	// voted ignores it (Recovery.NewMeshRefused).
-	NewMesh bool
-
-	faults acceptorFaults // tests only
-}
-
-func (c *AcceptorConfig) validate() error {
-	switch {
-	case c.ID == "":
-		return fmt.Errorf("%w: acceptor has no ID", ErrBadConfig)
-	case c.Incarnation == 0:
-		return fmt.Errorf("%w: acceptor %s has incarnation 0", ErrBadConfig, c.ID)
-	case c.Clock == nil:
-		return fmt.Errorf("%w: acceptor %s has no clock", ErrBadConfig, c.ID)
-	case c.MaxTTL <= 0:
-		return fmt.Errorf("%w: acceptor %s: MaxTTL %v must be positive", ErrBadConfig, c.ID, c.MaxTTL)
-	case c.Drift < 0 || c.Drift >= 0.5 || c.Drift != c.Drift:
-		return fmt.Errorf("%w: acceptor %s: drift %v outside [0, 0.5)", ErrBadConfig, c.ID, c.Drift)
-	case c.Quarantine < c.MaxTTL:
-		return fmt.Errorf("%w: acceptor %s: quarantine %v is shorter than the longest lease %v it may have accepted",
-			ErrBadConfig, c.ID, c.Quarantine, c.MaxTTL)
-	}
-	if err := c.Membership.Validate(); err != nil {
-		return err
-	}
-	if !c.Membership.IsVoter(c.ID) {
-		return fmt.Errorf("%w: acceptor %s is not a voter of configuration %d", ErrBadConfig, c.ID, c.Membership.ID)
-	}
-	if d := c.Durable; d != nil {
-		if c.Disk == nil {
-			return fmt.Errorf("%w: acceptor %s has a saved state but no disk", ErrBadConfig, c.ID)
-		}
-		if err := d.Validate(); err != nil {
-			return err
-		}
-		if d.Membership.ID != 0 && d.Membership.Cluster() != c.Membership.Cluster() {
-			return fmt.Errorf("%w: acceptor %s saved a configuration of another mesh (%#x, not %#x)",
-				ErrBadConfig, c.ID, d.Membership.Cluster(), c.Membership.Cluster())
-		}
-	}
-	return nil
-}
-
-// AcceptorState says whether an acceptor votes.
-type AcceptorState uint8
-
-const (
-	// Quarantined: restarted without state, waiting out every lease it may
-	// have accepted in its earlier life.
-	Quarantined AcceptorState = iota
-	// CatchingUp: learning promises, values and epochs from other voters.
-	CatchingUp
-	// Live: voting.
-	Live
-)
-
-func (s AcceptorState) String() string {
-	switch s {
-	case Quarantined:
-		return "quarantined"
-	case CatchingUp:
-		return "catching up"
-	case Live:
-		return "live"
-	}
-	return "state?"
-}
-
-// register is one key as an acceptor keeps it.
-type register struct {
-	promise Ballot
-	// promisedBy is the round (Op.ID) of the prepare that made the
-	// promise, zero when an accept's Next or a catch-up made it: only a
-	// prepare of that very round may be answered again at that ballot.
-	promisedBy uint64
-	accepted   Ballot
-	value      Value
-	maxEpoch   uint64
-	// copied: accepted and value came from a catch-up, not from an
-	// accept (Result.Copy).
-	copied bool
-	// looks counts the sweeps that looked at the register since a round
-	// last used it (it wraps; see SweepCandidates).
-	looks uint8
-	// pickedIn is the RegisterIdle period (from 1) in which a sweep last
-	// picked the register while it held a grant this voter does not time
-	// (pickExpired); in the padding after looks, so the register stays 256
-	// bytes.
-	pickedIn uint32
-	// until is when this acceptor's exclusion timer for value's grant
-	// runs out, on its own clock; hasTimer is false when value is free, or
-	// a grant this acceptor only learned by a write-back (see Value).
-	until    time.Duration
-	hasTimer bool
-	// line is the key's line of waiters and its hand-off, nil while
-	// nobody waits and no hand-off runs: most registers never have one,
-	// and a held lease's register lives as long as the lease.
-	line *waitLine
-	// key names the register; usedAt is when it was last used, and older
-	// and newer its neighbours in the acceptor's list of registers by
-	// last use (acceptor_registers.go).
-	key          string
-	usedAt       time.Duration
-	older, newer *register
-}
-
-// waitLine is a key's line of waiting nodes at one acceptor. handedTo is
-// the watcher last told the key is free, and handedUntil the end of its
-// hand-off grace. Until then the key is reserved for the nodes that were
-// waiting when it was handed (handedTo and the first eligible watchers):
-// an acquire of anyone else is refused here without a promise, so that
-// the releasing node, or a try-acquire, cannot barge in ahead of the
-// waiters, nor disturb their ballots. Any of those waiters may take it:
-// other acceptors may have told another of them first. When the grace
-// ends with the key still free here, the next watcher is told.
-type waitLine struct {
-	watchers    []NodeID
-	handedTo    NodeID
-	handedUntil time.Duration
-	eligible    int
-}
-
-// waiting is the key's line of waiters (nil when nobody waits).
-func (r *register) waiting() []NodeID {
-	if r.line == nil {
-		return nil
-	}
-	return r.line.watchers
-}
-
-// lineOf is r's line of waiters, made if it has none.
-func (r *register) lineOf() *waitLine {
-	if r.line == nil {
-		r.line = &waitLine{}
-	}
-	return r.line
-}
-
-// endHandoff ends the hand-off running at r, if any.
-func (r *register) endHandoff() {
-	if r.line != nil {
-		r.line.handedTo = ""
-		r.tidyLine()
-	}
-}
-
-// tidyLine lets go of r's line once nobody waits and no hand-off runs.
-func (r *register) tidyLine() {
-	if l := r.line; l != nil && len(l.watchers) == 0 && l.handedTo == "" {
-		r.line = nil
-	}
-}
-
-// reservedAgainst reports whether a hand-off running at now keeps the key
-// from id: id was not waiting for it when it was handed.
-func (r *register) reservedAgainst(id NodeID, now time.Duration) bool {
-	l := r.line
-	if l == nil || l.handedTo == "" || now >= l.handedUntil || id == l.handedTo {
-		return false
-	}
-	return !slices.Contains(l.watchers[:min(l.eligible, len(l.watchers))], id)
-}
-
-// remaining is how long the exclusion timer still runs at now.
-func (r *register) remaining(now time.Duration) time.Duration {
-	if !r.hasTimer || !r.value.Held {
-		return 0
-	}
-	if left := r.until - now; left > 0 {
-		return left
-	}
-	return 0
-}
 
 // Acceptor is one voter's half of the protocol: it promises ballots, accepts
 // values and runs exclusion timers, for every key. It is a state machine with
@@ -266,9 +34,9 @@ type Acceptor struct {
 	liveFrom time.Duration
 	// horizonAsk is what a quarantined acceptor asks the other voters at
 	// its start, and again every RetryInterval until each answered: their
-	// lease horizons only (a catch-up request of bucket horizonBucket). A voter that
-	// knows a longer lease may restart itself before this one's quarantine
-	// ends, and then nobody would tell it (soak seed 706611 with 3 voters).
+	// lease horizons only (a catch-up request of bucket horizonBucket). A
+	// voter that knows a longer lease may restart itself before this one's
+	// quarantine ends, and then nobody would tell it (design.md R36).
 	horizonAsk   []NodeID
 	horizonOut   []CatchUpRequest
 	horizonAsked time.Duration
@@ -308,46 +76,8 @@ type Acceptor struct {
 	promiseFloor   Ballot
 	epochFloor     uint64
 
-	stats  AcceptorStats
-	faults acceptorFaults
-}
-
-// acceptorFaults break the protocol on purpose. Only tests set them, to show
-// that the simulator's checkers catch the bug; they are all off otherwise.
-type acceptorFaults struct {
-	skipQuarantine          bool
-	equalPrepareOK          bool // answer any prepare equal to the promise, as a duplicate
-	ownQuarantineOnly       bool // quarantine for this life's MaxTTL only, ignoring horizons heard
-	deafToLongLeases        bool // learn nothing from refused accepts of leases above MaxTTL (hearLease)
-	untimedCatchUp          bool // learn held values in catch-up without a timer
-	skipPrevCatchUp         bool // while a change is pending, catch up from the new voters only
-	floorOnMajority         bool // conclude a full restart when a majority recovers, not all answered
-	dropAny                 bool // drop on OpForget whatever the register holds
-	forgetWhilePending      bool // forget registers while a voter change is pending
-	ignoreNewerConfig       bool // a restart from disk ignores newer configurations others accepted
-	ignoreBallotMark        bool // a restart from disk forgets its ballot mark
-	forgetConfig            bool // a restart from disk forgets the configuration it kept
-	countCopiedConfig       bool // a configuration register merged in a catch-up (even from disk) counts as the acceptor's vote
-	forgetOwnVote           bool // an acceptor that lost its disk counts itself as not having accepted a newer configuration
-	forgetAmnesiaVote       bool // an acceptor on a new disk that recovered as one that forgot saves no sign that it voted
-	fullRestartIgnoresNewer bool // one that lost its disk concludes a full restart while a newer configuration may have been chosen
-	trustForgotten          bool // answers of voters that lost their disk count as a disk's: Durable on a new disk, Forgot ignored
-	stickyLost              bool // a peer that said it restarted counts as such after it caught up from others
-	copiesVote              bool // a value copied in a catch-up is reported as accepted (no Result.Copy)
-	listCopiesVote          bool // a listing's answers say no entry is a copy (no Entry.Copy): the merge counts copies as votes
-	newVotersOnly           bool // a full restart during a pending change counts the new voters only
-	keepStaleCatchUp        bool // keep what a catch-up merged from a peer that has restarted since
-	lostWithLaterLives      bool // LostWith also to later incarnations of the voter counted (counted once merged)
-	ignoreQuiet             bool // no LostWith to a later life whose disk says no life since the one counted voted
-	keepQuiet               bool // going live leaves the disk's quiet lives as they are
-	ignoreReserved          bool // a restart from disk forgets its epoch mark
-	keepCopies              bool // going live after a majority loss, keep copies at the ballots they were accepted at
-	ignoreLostWith          bool // a full restart counts only voters still recovering, not those that went live on its word
-	ownBucketSweeps         bool // sweeps pick the keys of this voter's bucket only, never another's copies
-	ownBucketNoncopies      bool // sweeps pick another voter's copies, never another's register this voter kept
-	keepExpiredGrants       bool // sweeps pick free registers only, never a grant whose lease ran out
-	freeLiveGrants          bool // sweeps pick any grant, its lease timed here or not
-	trustOwnEmptyDisk       bool // a new disk counts itself among the voters that never voted
+	stats AcceptorStats
+	rules acceptorRules
 }
 
 // AcceptorStats counts what an acceptor did.
@@ -358,8 +88,33 @@ type AcceptorStats struct {
 	// Saves counts the durable state's saves (durable.go).
 	Saves uint64
 	// CatchUpRestarts counts catch-ups begun again because a voter they
-	// had merged from restarted meanwhile (acceptor_recovery.go).
+	// had merged from restarted meanwhile (acceptor_catchup.go).
 	CatchUpRestarts uint64
+}
+
+// AcceptorState says whether an acceptor votes.
+type AcceptorState uint8
+
+const (
+	// Quarantined: restarted without state, waiting out every lease it may
+	// have accepted in its earlier life.
+	Quarantined AcceptorState = iota
+	// CatchingUp: learning promises, values and epochs from other voters.
+	CatchingUp
+	// Live: voting.
+	Live
+)
+
+func (s AcceptorState) String() string {
+	switch s {
+	case Quarantined:
+		return "quarantined"
+	case CatchingUp:
+		return "catching up"
+	case Live:
+		return "live"
+	}
+	return "state?"
 }
 
 // NewAcceptor returns an acceptor that starts Quarantined.
@@ -390,7 +145,7 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		startedAt: cfg.Clock.Now(),
 		regs:      make(map[string]*register),
 		notify:    make(map[NodeID][]notice),
-		faults:    cfg.faults,
+		rules:     acceptorRulesWith(cfg.breakRules),
 	}
 	a.liveFrom = a.startedAt + cfg.Quarantine
 	a.disk = cfg.Disk
@@ -407,130 +162,12 @@ func NewAcceptor(cfg AcceptorConfig) (*Acceptor, error) {
 		a.probing = true
 		a.startCatchUp()
 	}
-	if a.state == Quarantined && !a.faults.ownQuarantineOnly {
-		for _, v := range append(slices.Clone(a.m.Voters), a.m.Prev...) {
-			if v != a.cfg.ID && !slices.Contains(a.horizonAsk, v) {
-				a.horizonAsk = append(a.horizonAsk, v)
-			}
+	if a.state == Quarantined {
+		if a.horizonAsk = a.rules.horizonPeers(a); len(a.horizonAsk) > 0 {
+			a.askHorizons(a.startedAt)
 		}
-		a.askHorizons(a.startedAt)
 	}
 	return a, nil
-}
-
-// restore starts the acceptor from the state its earlier life saved: on the
-// newest configuration it adopted, with its configuration register, its
-// epochs above every one it accepted, and, if it ever voted, quarantined for
-// the longest lease it may have accepted.
-func (a *Acceptor) restore(d *Durable) {
-	a.dur = d.clone()
-	a.restored = true
-	if a.faults.forgetConfig {
-		a.dur.Config = DurableRegister{}
-	}
-	if a.m.Newer(a.dur.Membership) && !a.faults.forgetConfig {
-		a.m = a.dur.Membership.clone()
-		a.epochFloor = max(a.epochFloor, a.m.EpochFloor)
-	}
-	if c := a.dur.Config; (!c.Promise.IsZero() || !c.Accepted.IsZero()) && !a.faults.forgetConfig {
-		r := a.register(ConfigKey)
-		r.promise, r.accepted, r.value = c.Promise, c.Accepted, c.Value
-		if v := c.Value.Config; v != nil {
-			cc := v.clone()
-			r.value.Config = &cc
-		}
-	}
-	if !a.faults.ignoreReserved {
-		a.epochFloor = max(a.epochFloor, a.dur.Reserved)
-	}
-	if !a.faults.ignoreBallotMark {
-		a.promiseFloor = maxBallot(a.promiseFloor, Ballot{Counter: a.dur.Ballots})
-	}
-	if !a.dur.Voted {
-		// It never accepted anything: nothing of its earlier life to
-		// protect (the incarnation check refuses accepts of the promises
-		// it forgot).
-		a.state = Live
-		a.persistLive()
-		return
-	}
-	a.persistStart()
-	a.learnHorizon(a.dur.Horizon)
-}
-
-// maxHeardTTL bounds the lease a refused accept can make an acceptor
-// protect (hearLease): lease.MaxTTL, the longest any node may be set to
-// grant.
-const maxHeardTTL = 24 * time.Hour
-
-// hearLease takes what an accept this acceptor refuses says of a lease
-// longer than its own MaxTTL: some proposer holds, or is taking, a lease of
-// that TTL, which other voters, or this node's earlier life, may have
-// accepted under a longer MaxTTL. The acceptor keeps it as a horizon
-// (learnHorizon): restarted voters that ask are told of it, and a
-// quarantined acceptor itself votes only once a lease of that length
-// accepted before its start has ended.
-//
-// Without it a rolling restart that lowers MaxTTL, on voters without data
-// directories, let a lease outlive what protected it: two voters of three
-// accept a 1 s lease, the third (already at 250 ms) refuses it, the two
-// lose their state together and come back at 250 ms; every voter then
-// reports a 250 ms horizon, they vote after about 250 ms and grant the
-// key while the holder's deadline runs
-// (TestScenarioLoweredTTLAcrossAMajorityLoss). What is left of that hole
-// takes neither the refused accept nor a request from the holder to reach
-// the restarted voters while they wait (see the package documentation).
-//
-// A member can make voters wait up to maxHeardTTL longer after a restart
-// this way, as a voter can with the horizon it reports in a catch-up; it
-// cannot make them vote sooner.
-func (a *Acceptor) hearLease(op *Op) {
-	if a.faults.deafToLongLeases || op.Kind != OpAccept || !op.Value.Held || op.Value.TTL <= a.cfg.MaxTTL || op.Value.TTL > maxHeardTTL ||
-		op.Key == "" || op.Ballot.IsZero() || op.Value.Holder == "" {
-		return
-	}
-	a.learnHorizon(op.Value.TTL)
-}
-
-// stretch turns a time measured on another node's clock into one on this
-// clock that ends no earlier in real time: clock rates may differ by a
-// factor of (1+ρ)/(1−ρ).
-func (a *Acceptor) stretch(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (1 + a.cfg.Drift) / (1 - a.cfg.Drift))
-}
-
-// Horizon is the longest lease this acceptor may be protecting, or knows
-// another voter may be: the most it accepts (MaxTTL), the longer horizon it
-// learned when it caught up or from an accept it refused (for as long as a
-// lease of that length accepted before could still run), or the longest
-// lease a running node says it holds (SetPeerTTL).
-func (a *Acceptor) Horizon() time.Duration {
-	h := max(a.cfg.MaxTTL, a.peerTTL)
-	if a.clock.Now() < a.horizonUntil {
-		h = max(h, a.horizon)
-	}
-	return h
-}
-
-// SetPeerTTL tells the acceptor the longest lease that a running node says
-// it holds (Node.SetPeerTTL). Restarted voters are told of it as a horizon,
-// and a quarantined acceptor waits it out itself: in a rolling restart that
-// lowers MaxTTL, a node may hold a lease longer than this acceptor's
-// MaxTTL that only voters of the old setting accepted, and those may all
-// have lost their state (see hearLease). Lowered, the longer value is
-// still reported while a lease of that length taken before could run.
-func (a *Acceptor) SetPeerTTL(h time.Duration) {
-	if a.faults.deafToLongLeases {
-		return
-	}
-	h = min(max(h, 0), maxHeardTTL)
-	if h < a.peerTTL {
-		a.learnHorizon(a.peerTTL)
-	}
-	a.peerTTL = h
-	if h > a.cfg.MaxTTL && !a.faults.ownQuarantineOnly {
-		a.liveFrom = max(a.liveFrom, a.startedAt+h)
-	}
 }
 
 // State reports whether the acceptor votes yet.
@@ -574,7 +211,7 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 		resp.Status = StatusRecovering
 		resp.Results = newResults(len(req.Ops))
 		for i := range req.Ops {
-			a.hearLease(&req.Ops[i])
+			a.rules.hearLease(a, &req.Ops[i])
 			resp.Results[i] = Result{ID: req.Ops[i].ID, Reason: ReasonNoVote}
 		}
 		return resp
@@ -615,7 +252,8 @@ const warmAhead = 32
 // misses, where the handling one at a time waits out each miss alone. A
 // voter holding 100,000 registers misses the cache on nearly every
 // lookup; a renewal batch of 4,096 accepts went from about 780 to about
-// 445 ns per accept (BenchmarkAcceptorRenewals100k).
+// 445 ns per accept (the acceptor's benchmark of renewals at 100,000
+// registers).
 func (a *Acceptor) warm(ops []Op) {
 	var sum time.Duration
 	for i := range ops {
@@ -671,18 +309,15 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		return Result{ID: op.ID, Reason: ReasonHeld, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
-	if op.Ballot == r.promise && op.ID != r.promisedBy && !a.faults.equalPrepareOK {
+	if op.Ballot == r.promise && !a.rules.repeatsPrepare(r, op) {
 		// Equal to the promise but not a copy of the prepare that made it:
 		// a proposer using one ballot twice (a ballot promised through an
 		// accept's Next is accepted at, never prepared). Answering would
-		// let two values share a ballot (review finding 1).
+		// let two values share a ballot (design.md R5).
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonPromised, Promised: r.promise,
 			Accepted: r.accepted, Value: r.value, Remaining: left, MaxEpoch: a.maxEpoch(r), Copy: a.isCopy(r)}
 	}
-	// A duplicate of the prepare that made the promise is answered again:
-	// what it reports has not changed in a way that matters (an accept at
-	// this ballot would have moved the promise to its Next).
 	if !a.persistPromise(op.Ballot.Counter) ||
 		(op.Key == ConfigKey && op.Ballot != r.promise && !a.persistConfigRegister(op.Ballot, a.dur.Config.Accepted, a.dur.Config.Value)) {
 		a.stats.Refused++
@@ -700,6 +335,12 @@ func (a *Acceptor) handlePrepare(from NodeID, op *Op, now time.Duration) Result 
 		Copy:      a.isCopy(r),
 	}
 }
+
+// repeatsPrepare reports whether op, a prepare at r's promise, is the
+// prepare that made it (design.md R5): a duplicate is answered again, what
+// it reports has not changed in a way that matters (an accept at this
+// ballot would have moved the promise to its Next).
+func repeatsPrepare(r *register, op *Op) bool { return op.ID == r.promisedBy }
 
 func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 	if op.Key == "" {
@@ -720,7 +361,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	v := op.Value
 	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) ||
 		(v.Config != nil && (op.Key != ConfigKey || v.Config.Validate() != nil || v.Config.Cluster() != a.m.Cluster())) {
-		a.hearLease(op)
+		a.rules.hearLease(a, op)
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}
@@ -732,7 +373,7 @@ func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	}
 	if v.Config != nil && a.disk == nil {
 		// A voter change must not rest on an acceptor that could forget
-		// it accepted one (review finding 8): without a disk, a restart
+		// it accepted one (design.md R60): without a disk, a restart
 		// brings it back on the founding voters.
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonNoDisk}
@@ -930,25 +571,4 @@ func (a *Acceptor) Ready() AcceptorReady {
 		a.horizonOut = nil
 	}
 	return rd
-}
-
-func (a *Acceptor) flushNotify(rd *AcceptorReady, to NodeID) {
-	ns, ok := a.notify[to]
-	if !ok {
-		return
-	}
-	delete(a.notify, to)
-	a.stats.Notifies++
-	n := Notify{Config: a.m.ID, From: a.cfg.ID, To: to, Keys: make([]string, len(ns)), Promised: make([]uint64, len(ns))}
-	for i, x := range ns {
-		n.Keys[i], n.Promised[i] = x.key, x.promised
-	}
-	rd.Notifies = append(rd.Notifies, n)
-}
-
-// notice is a key to tell a watcher about, with the ballot counter promised
-// here, so that the waiter's next ballot is high enough to win at once.
-type notice struct {
-	key      string
-	promised uint64
 }

@@ -2,11 +2,60 @@ package quorum
 
 import "time"
 
+// register is one key as an acceptor keeps it.
+type register struct {
+	promise Ballot
+	// promisedBy is the round (Op.ID) of the prepare that made the
+	// promise, zero when an accept's Next or a catch-up made it: only a
+	// prepare of that very round may be answered again at that ballot.
+	promisedBy uint64
+	accepted   Ballot
+	value      Value
+	maxEpoch   uint64
+	// copied: accepted and value came from a catch-up, not from an
+	// accept (Result.Copy).
+	copied bool
+	// looks counts the sweeps that looked at the register since a round
+	// last used it (it wraps; see SweepCandidates).
+	looks uint8
+	// pickedIn is the RegisterIdle period (from 1) in which a sweep last
+	// picked the register while it held a grant this voter does not time
+	// (pickExpired); in the padding after looks, so the register stays 256
+	// bytes.
+	pickedIn uint32
+	// until is when this acceptor's exclusion timer for value's grant
+	// runs out, on its own clock; hasTimer is false when value is free, or
+	// a grant this acceptor only learned by a write-back (see Value).
+	until    time.Duration
+	hasTimer bool
+	// line is the key's line of waiters and its hand-off, nil while
+	// nobody waits and no hand-off runs: most registers never have one,
+	// and a held lease's register lives as long as the lease.
+	line *waitLine
+	// key names the register; usedAt is when it was last used, and older
+	// and newer its neighbours in the acceptor's list of registers by
+	// last use (acceptor_registers.go).
+	key          string
+	usedAt       time.Duration
+	older, newer *register
+}
+
+// remaining is how long the exclusion timer still runs at now.
+func (r *register) remaining(now time.Duration) time.Duration {
+	if !r.hasTimer || !r.value.Held {
+		return 0
+	}
+	if left := r.until - now; left > 0 {
+		return left
+	}
+	return 0
+}
+
 // Registers are finite. An acceptor that kept every key ever touched would
 // grow without bound under per-entity locking (invoice/<id>), and any member
 // could pin its memory with prepares of made-up keys. So a key that no
 // voter needs any more is forgotten, and two floors stand for every
-// forgotten register (DESIGN §3.2a):
+// forgotten register (design.md R69):
 //
 //   - the promise floor, the highest ballot any dropped register promised
 //     or accepted: a new register starts promised to it, so a round begun
@@ -41,7 +90,7 @@ import "time"
 // holder crashed, was shut down without releasing, or lost its lease and
 // never freed it was kept by every voter until someone acquired the key
 // again, which under per-entity locking nobody does: every key a crashed
-// node held stayed (issue 11 finding 6). So a sweep also picks a held
+// node held stayed (design.md R75). So a sweep also picks a held
 // register that this voter no longer times (sweepable), and if every
 // voter answers its peek, none reports time left on the lease, and the
 // value at the highest ballot is that grant, it frees it as a takeover
@@ -56,7 +105,7 @@ import "time"
 //
 // Nor is anything forgotten while a voter change is pending. A voter that
 // restarts then catches up from the voters before the change as well
-// (acceptor_recovery.go), and the change lists and moves the keys those
+// (acceptor_catchup.go), and the change lists and moves the keys those
 // hold; but a voter the change removes is asked by no forget of the new
 // configuration, and may hold a value the current voters have since moved
 // past: had they forgotten the key, that value would again be the highest
@@ -130,11 +179,9 @@ func (a *Acceptor) unlink(r *register) {
 }
 
 // droppable reports whether r may be dropped at now: free (or empty), no
-// timer running, nobody waiting, no hand-off.
+// timer running, nobody waiting, no hand-off; never the configuration
+// (design.md R70).
 func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
-	if a.faults.dropAny {
-		return key != ConfigKey
-	}
 	return key != ConfigKey && !r.value.Held && a.unused(r, now)
 }
 
@@ -145,14 +192,15 @@ func (a *Acceptor) droppable(key string, r *register, now time.Duration) bool {
 // grant before it forgets the key, and only if every voter reports no
 // time left on it (Proposer.mayWriteBack).
 func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
-	if a.droppable(key, r, now) {
-		return true
-	}
-	if a.faults.freeLiveGrants {
-		return key != ConfigKey && r.value.Held
-	}
-	return key != ConfigKey && r.value.Held && r.value.Config == nil && !a.faults.keepExpiredGrants && a.unused(r, now) &&
-		a.pickExpired(r, now)
+	return a.rules.droppable(a, key, r, now) || a.rules.picksExpired(a, key, r, now)
+}
+
+// picksExpired reports whether a sweep picks r, a grant this voter no
+// longer times, at now: nobody waits, no hand-off runs, and not yet in this
+// RegisterIdle period (design.md R75). A grant whose lease is timed here
+// is never picked (design.md R76).
+func (a *Acceptor) picksExpired(key string, r *register, now time.Duration) bool {
+	return key != ConfigKey && r.value.Held && r.value.Config == nil && a.unused(r, now) && a.pickExpired(r, now)
 }
 
 // pickExpired reports whether a sweep may pick r, a register holding a
@@ -163,8 +211,8 @@ func (a *Acceptor) sweepable(key string, r *register, now time.Duration) bool {
 // which the peeks then find timed elsewhere. Over MaxRegisters a sweep
 // looks at registers whatever their idleness, an eighth of a retry
 // interval apart: without the bound each such lease cost three peeks at
-// every sweep, for good (TestSweepsOfLiveLeasesOverTheCapAreBounded: 1,848
-// peeks in 4 s at 24 leases). A grant that did expire everywhere is freed
+// every sweep, for good (1,848 peeks in 4 s at 24 leases; design.md R78).
+// A grant that did expire everywhere is freed
 // at its first pick, and the free register is then swept as any other.
 func (a *Acceptor) pickExpired(r *register, now time.Duration) bool {
 	period := uint32(now/a.cfg.RegisterIdle) + 1 // 0: never picked
@@ -200,14 +248,20 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}
-	if a.m.Pending && !a.faults.forgetWhilePending {
+	if a.rules.forgetsNothing(a) {
 		return Result{ID: op.ID, OK: true}
 	}
-	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.droppable(op.Key, r, now) {
+	if r := a.regs[op.Key]; r != nil && r.accepted == op.Ballot && a.rules.droppable(a, op.Key, r, now) {
 		a.drop(op.Key, r)
 	}
 	return Result{ID: op.ID, OK: true}
 }
+
+// forgetsNothing reports whether the acceptor forgets nothing now: while a
+// voter change is pending, a voter that restarts catches up from the
+// voters before it too, and a removed voter may hold a value the current
+// voters moved past (design.md R73).
+func (a *Acceptor) forgetsNothing() bool { return a.m.Pending }
 
 // SweepCandidates returns up to n keys that this voter's node may ask the
 // voters to forget: its own to pick (by hash), idle longest once there are
@@ -224,14 +278,12 @@ func (a *Acceptor) handleForget(op *Op, now time.Duration) Result {
 //     look of this voter's, and then at every fourth look. A voter that
 //     goes live after a majority loss need not have copied every bucket
 //     before it does: what it missed lives on at the voters it copied
-//     from and at those that copied it, for good
-//     (TestSweepWritesBackAndForgetsDemotedCopies: k0, whose own voter held
-//     nothing of it);
+//     from and at those that copied it, for good (design.md R77);
 //   - any other once it outlived four looks, and then at every eighth: a
 //     register this voter kept when the others forgot the key (the forget
 //     to it was lost, or it could not drop the register then), which the
 //     key's own voter, holding nothing of it, never looks at again
-//     (TestSweepForgetsARegisterOneVotersForgetMissed). By then
+//     (design.md R77). By then
 //     the own voter has picked the key at four looks of its own.
 //
 // Not every look: picking every idle key of every bucket would multiply
@@ -250,7 +302,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 		return nil // swept a moment ago: the forgets of then are under way
 	}
 	a.sweptAt = now
-	if n <= 0 || (a.m.Pending && !a.faults.forgetWhilePending) {
+	if n <= 0 || a.rules.forgetsNothing(a) {
 		// None wanted now, or a change is pending: look again a retry
 		// interval later (NextTick).
 		return nil
@@ -271,7 +323,7 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 			break
 		}
 		own := bucketOf(r.key, uint32(len(a.m.Voters))) == self
-		if (own || a.pickedForOthers(r)) && a.sweepable(r.key, r, now) {
+		if (own || a.rules.pickedForOthers(r)) && a.sweepable(r.key, r, now) {
 			keys = append(keys, r.key)
 		}
 		a.touch(r) // looked at again later, forgotten or not
@@ -286,16 +338,12 @@ func (a *Acceptor) SweepCandidates(n int) []string {
 // pickedForOthers reports whether a sweep picks r, a register of another
 // voter's bucket, at this look: a copy at its second look and every fourth
 // after, any other at its fourth look and every eighth after (the counts
-// wrap at 256, a multiple of both).
-func (a *Acceptor) pickedForOthers(r *register) bool {
-	switch {
-	case a.faults.ownBucketSweeps:
-		return false
-	case r.copied:
+// wrap at 256, a multiple of both; design.md R77).
+func (r *register) pickedForOthers() bool {
+	if r.copied {
 		return r.looks%4 == 1
-	default:
-		return r.looks%8 == 3 && !a.faults.ownBucketNoncopies
 	}
+	return r.looks%8 == 3
 }
 
 // minSweepLook is the fewest registers a sweep looks at.
@@ -319,8 +367,7 @@ func (a *Acceptor) sweepEvery() time.Duration {
 // register made before must report it too: a proposer takes its next epoch
 // above the highest a majority reports, and a register reporting less than
 // the floor let a configuration whose voters all joined after the floor was
-// set grant a token below one granted before (soak seed 201622, 3 voters:
-// k1 granted 1795910407311436 after 1795910467123278).
+// set grant a token below one granted before (design.md R12).
 func (a *Acceptor) maxEpoch(r *register) uint64 { return max(r.maxEpoch, a.epochFloor) }
 
 // raiseEpochFloor raises the epoch floor to a settled configuration's

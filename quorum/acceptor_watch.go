@@ -9,6 +9,63 @@ import (
 // fit still wake up: they also retry when the lease they saw should end.
 const maxWatchers = 64
 
+// waitLine is a key's line of waiting nodes at one acceptor. handedTo is
+// the watcher last told the key is free, and handedUntil the end of its
+// hand-off grace. Until then the key is reserved for the nodes that were
+// waiting when it was handed (handedTo and the first eligible watchers):
+// an acquire of anyone else is refused here without a promise, so that
+// the releasing node, or a try-acquire, cannot barge in ahead of the
+// waiters, nor disturb their ballots. Any of those waiters may take it:
+// other acceptors may have told another of them first. When the grace
+// ends with the key still free here, the next watcher is told.
+type waitLine struct {
+	watchers    []NodeID
+	handedTo    NodeID
+	handedUntil time.Duration
+	eligible    int
+}
+
+// waiting is the key's line of waiters (nil when nobody waits).
+func (r *register) waiting() []NodeID {
+	if r.line == nil {
+		return nil
+	}
+	return r.line.watchers
+}
+
+// lineOf is r's line of waiters, made if it has none.
+func (r *register) lineOf() *waitLine {
+	if r.line == nil {
+		r.line = &waitLine{}
+	}
+	return r.line
+}
+
+// endHandoff ends the hand-off running at r, if any.
+func (r *register) endHandoff() {
+	if r.line != nil {
+		r.line.handedTo = ""
+		r.tidyLine()
+	}
+}
+
+// tidyLine lets go of r's line once nobody waits and no hand-off runs.
+func (r *register) tidyLine() {
+	if l := r.line; l != nil && len(l.watchers) == 0 && l.handedTo == "" {
+		r.line = nil
+	}
+}
+
+// reservedAgainst reports whether a hand-off running at now keeps the key
+// from id: id was not waiting for it when it was handed.
+func (r *register) reservedAgainst(id NodeID, now time.Duration) bool {
+	l := r.line
+	if l == nil || l.handedTo == "" || now >= l.handedUntil || id == l.handedTo {
+		return false
+	}
+	return !slices.Contains(l.watchers[:min(l.eligible, len(l.watchers))], id)
+}
+
 // watch remembers that from waits for key to stop being held, and arranges
 // to notice the expiry of the live lease it waits on.
 func (a *Acceptor) watch(key string, r *register, from NodeID, now, left time.Duration) {
@@ -96,7 +153,7 @@ func (a *Acceptor) unwatch(r *register, id NodeID) {
 // handleUnwatch takes a node out of a key's line of waiters: its waiting
 // acquire ended, or it was told of a free key it no longer wants. If the
 // key was handed to it, the next waiter is told at once: no grace is spent
-// on a waiter that is gone (review finding 7).
+// on a waiter that is gone (design.md R30).
 func (a *Acceptor) handleUnwatch(from NodeID, op *Op, now time.Duration) Result {
 	r := a.regs[op.Key]
 	if op.Key == "" || from == "" {
@@ -131,4 +188,25 @@ func (a *expiry) before(b *expiry) bool {
 		return a.at < b.at
 	}
 	return a.key < b.key
+}
+
+func (a *Acceptor) flushNotify(rd *AcceptorReady, to NodeID) {
+	ns, ok := a.notify[to]
+	if !ok {
+		return
+	}
+	delete(a.notify, to)
+	a.stats.Notifies++
+	n := Notify{Config: a.m.ID, From: a.cfg.ID, To: to, Keys: make([]string, len(ns)), Promised: make([]uint64, len(ns))}
+	for i, x := range ns {
+		n.Keys[i], n.Promised[i] = x.key, x.promised
+	}
+	rd.Notifies = append(rd.Notifies, n)
+}
+
+// notice is a key to tell a watcher about, with the ballot counter promised
+// here, so that the waiter's next ballot is high enough to win at once.
+type notice struct {
+	key      string
+	promised uint64
 }

@@ -19,7 +19,7 @@
 //	id, _ := n.Acquire("invoices/2026-11", quorum.AcquireOptions{...})
 //	for {
 //		rd := n.Ready()
-//		for _, msg := range rd.Messages { send(msg) } // to msg.To(); a reply carries its request's Ref
+//		for _, msg := range rd.Messages { send(msg) } // to msg.To; a reply carries its request's Ref
 //		for _, res := range rd.Results { ... }        // Granted, Locked, ...
 //		for _, ev := range rd.Leases { ... }          // renewed, lost
 //		n.Advance(rd)                                  // all of rd is the node's again

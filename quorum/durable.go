@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Durable state (DESIGN §7)
+// Durable state (design.md R49–R57)
 //
 // An acceptor may keep a little state on disk: what is rare to change and
 // expensive to lose. Lock registers stay in memory. What the disk holds, and
@@ -34,12 +34,13 @@ import (
 //     majority reports;
 //   - the voter configuration it adopted, and its own promise and vote on
 //     the configuration register (ConfigKey: promise and accepted value;
-//     never a copy learned in a catch-up), saved before it acts on them. It never returns to a configuration older than the
-//     newest it adopted, nor forgets a configuration it accepted, so a
-//     configuration that was replaced cannot come back by restarts (review
-//     finding 8), and voters that restarted together can tell whether they
-//     are a majority of the newest configuration: after a full restart a
-//     majority of voters, not every one, brings the mesh back;
+//     never a copy learned in a catch-up), saved before it acts on them.
+//     It never returns to a configuration older than the newest it
+//     adopted, nor forgets a configuration it accepted, so a configuration
+//     that was replaced cannot come back by restarts (design.md R53), and
+//     voters that restarted together can tell whether they are a majority
+//     of the newest configuration: after a full restart a majority of
+//     voters, not every one, brings the mesh back (R54);
 //   - Quiet, the incarnations of its lives since the last one that voted,
 //     each saved as that life starts: a voter that went live counting one
 //     of them as restarted with it (LostWith) may count the later ones as
@@ -209,85 +210,3 @@ func (a *Acceptor) DiskError() error { return a.diskErr }
 
 // Durable reports whether the acceptor keeps its state on a disk.
 func (a *Acceptor) Durable() bool { return a.disk != nil }
-
-// ownNewerConfig is the configuration newer than the adopted one that this
-// acceptor accepted itself, in this life or, from its disk, an earlier one,
-// with the ballot it accepted it at (nil when there is none). It is read
-// from what the disk keeps, not from the register: a catch-up merges the
-// configuration register too (an acceptor that lost its disk must answer
-// prepares with what a majority accepted), and a copy so learned is no vote.
-// Counted as one, it let a restarted voter take a configuration two voters
-// of five accepted for chosen
-// (TestRestartedVoterAdoptsOnlyAChosenConfiguration). Without a disk an acceptor accepts no
-// configuration (ReasonNoDisk).
-func (a *Acceptor) ownNewerConfig() (*Ballot, *Membership) {
-	c := a.dur.Config
-	if r := a.regs[ConfigKey]; a.faults.countCopiedConfig && r != nil {
-		c = DurableRegister{Promise: r.promise, Accepted: r.accepted, Value: r.value}
-	}
-	if a.disk == nil || c.Value.Config == nil || !a.m.Newer(*c.Value.Config) {
-		return nil, nil
-	}
-	b := c.Accepted
-	return &b, c.Value.Config
-}
-
-// newerConfigAccepted is the version of a configuration the acceptor has
-// accepted itself but not adopted: it may have been chosen, so voters that
-// know no newer one than their own must not take themselves for the whole
-// mesh (0 when there is none).
-func (a *Acceptor) newerConfigAccepted() uint64 {
-	if _, m := a.ownNewerConfig(); m != nil {
-		return m.Version()
-	}
-	return 0
-}
-
-// newerConfigRegister returns what newerConfigAccepted says, with the
-// ballot, as a catch-up answer reports it (copies: the voters' own).
-func (a *Acceptor) newerConfigRegister() (*Ballot, *Membership) {
-	b, m := a.ownNewerConfig()
-	if m == nil {
-		return nil, nil
-	}
-	c := m.clone()
-	return b, &c
-}
-
-// chosenNewer returns a configuration newer than the adopted one that
-// majorities of the voters, and while a change is pending of the voters
-// before it, accepted at one ballot, as their catch-up answers and this
-// acceptor's own vote tell: it was chosen, whatever became of the proposer
-// that wrote it.
-func (a *Acceptor) chosenNewer() *Membership {
-	if a.faults.ignoreNewerConfig {
-		return nil
-	}
-	ownB, ownM := a.ownNewerConfig()
-	count := func(b Ballot, voters []NodeID) bool {
-		n := 0
-		if ownB != nil && *ownB == b && slices.Contains(voters, a.cfg.ID) {
-			n++
-		}
-		for _, p := range a.catchUp.peers {
-			if p.newerBallot != nil && *p.newerBallot == b && slices.Contains(voters, p.id) {
-				n++
-			}
-		}
-		return n >= len(voters)/2+1
-	}
-	chosen := func(b Ballot) bool {
-		return count(b, a.m.Voters) && (!a.m.Pending || count(b, a.m.Prev))
-	}
-	if ownB != nil && chosen(*ownB) {
-		m := ownM.clone()
-		return &m
-	}
-	for _, p := range a.catchUp.peers {
-		if p.newerBallot != nil && p.newerMembers != nil && chosen(*p.newerBallot) {
-			m := p.newerMembers.clone()
-			return &m
-		}
-	}
-	return nil
-}

@@ -320,8 +320,9 @@ func TestDurableFullRestartConcludedOnAPeersWord(t *testing.T) {
 			if err != nil {
 				t.Fatalf("NewAcceptor(%s): %v", id, err)
 			}
-			a.faults.ignoreLostWith = broken
-			a.faults.newVotersOnly = broken
+			if broken {
+				a.breakWith(ignoreLostWith, newVotersOnly)
+			}
 			return a
 		}
 		a := start("a", 21, Ballot{Counter: 43, Incarnation: 6, Node: "p"})

@@ -52,7 +52,7 @@ func (a *Acceptor) listHolders(req *CatchUpRequest) *CatchUpResponse {
 			continue
 		}
 		resp.Entries = append(resp.Entries, Entry{Key: key, Accepted: r.accepted, Value: r.value, Remaining: r.remaining(now),
-			Copy: a.isCopy(r) && !a.faults.listCopiesVote})
+			Copy: a.rules.listsCopy(a, r)})
 	}
 	slices.SortFunc(resp.Entries, func(x, y Entry) int { return strings.Compare(x.Key, y.Key) })
 	return resp

@@ -188,9 +188,9 @@ func TestListingCountsNoCopyAsAVote(t *testing.T) {
 func listingAcrossACopy(t *testing.T, bug string) (held []Listed, unsettled []string, read OpResult) {
 	c := newTestCluster(t, []NodeID{"a", "b", "c"}, "p3")
 	faults := faultsNamed(bug)
-	withFaults := func(cfg *AcceptorConfig) { cfg.faults = faults.acc }
+	withFaults := func(cfg *AcceptorConfig) { cfg.breakRules = faults.acc }
 	for _, id := range c.m.Voters {
-		c.node(id).acc.faults = faults.acc
+		c.node(id).acc.breakWith(faults.acc)
 	}
 	const key = "k0"
 	b1 := Ballot{Counter: 100, Incarnation: 1000, Node: "p1"}
@@ -265,9 +265,9 @@ func listingAcrossACopy(t *testing.T, bug string) (held []Listed, unsettled []st
 
 // faultsNamed are the faults a simulated run's Bug names (sim_bugs_test.go),
 // for a scenario's nodes.
-func faultsNamed(bug string) nodeFaults {
+func faultsNamed(bug string) nodeRules {
 	s := &sim{cfg: simConfig{Bug: bug}}
-	return s.nodeFaults(nil)
+	return s.nodeRules(nil)
 }
 
 // The rule alone, on three voters' answers: a copy counts toward no

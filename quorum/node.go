@@ -85,15 +85,15 @@ type NodeConfig struct {
 	// (AcceptorConfig.NewMesh).
 	NewMesh bool
 
-	// faults break the protocol on purpose, in tests only.
-	faults nodeFaults
+	// rules, set by tests only, break rules of the protocol on purpose.
+	rules nodeRules
 }
 
-// nodeFaults are the rules a test breaks on purpose in every proposer and
-// acceptor the node makes.
-type nodeFaults struct {
+// nodeRules break rules of the protocol on purpose, in every proposer and
+// acceptor the node makes: set by tests only (nil: the protocol's rules).
+type nodeRules struct {
+	acc  func(*acceptorRules)
 	prop func(*proposerRules)
-	acc  acceptorFaults
 }
 
 // MessageKind says which payload a Message carries.
@@ -133,10 +133,17 @@ func (k MessageKind) String() string {
 	return "message?"
 }
 
-// Message is everything nodes send each other: the payload its Kind names,
-// the others nil. A request and its reply are matched by Ref, which the
-// driver sets on a request it received and the node copies onto the reply;
-// the node's own messages have Ref zero.
+// Message is everything nodes send each other, as etcd's raftpb.Message
+// is: one envelope (Kind, From, To, Ref) and the payload its Kind names,
+// the others nil. From and To are the sender and the addressee: the node
+// sets them on every message it makes, and a driver routes by them. The
+// payloads keep From and To of their own for the wire, whose format has
+// not changed; Step writes the envelope's into the payload before either
+// half reads it, so that the halves see the sender the driver vouches for
+// (the mesh: the peer its transport authenticated), and no payload that
+// names another reaches a vote. A request and its reply are matched by
+// Ref, which the driver sets on a request it received and the node copies
+// onto the reply; the node's own messages have Ref zero.
 //
 // Who owns what, in two rules. Step takes the payload of the message it is
 // given, except a request's operations and a response's results, which it
@@ -147,6 +154,7 @@ func (k MessageKind) String() string {
 // carry, for later Readys: encode or copy what must outlive Advance.
 type Message struct {
 	Kind         MessageKind
+	From, To     NodeID
 	Ref          uint64
 	Request      *Request
 	Response     *Response
@@ -156,48 +164,10 @@ type Message struct {
 	Push         *ConfigPush
 }
 
-// From is the message's sender.
-func (m *Message) From() NodeID {
-	switch m.Kind {
-	case MsgRequest:
-		return m.Request.From
-	case MsgResponse:
-		return m.Response.From
-	case MsgNotify:
-		return m.Notify.From
-	case MsgCatchUp:
-		return m.CatchUp.From
-	case MsgCatchUpReply:
-		return m.CatchUpReply.From
-	case MsgPush:
-		return m.Push.From
-	}
-	return ""
-}
-
-// To is the message's addressee.
-func (m *Message) To() NodeID {
-	switch m.Kind {
-	case MsgRequest:
-		return m.Request.To
-	case MsgResponse:
-		return m.Response.To
-	case MsgNotify:
-		return m.Notify.To
-	case MsgCatchUp:
-		return m.CatchUp.To
-	case MsgCatchUpReply:
-		return m.CatchUpReply.To
-	case MsgPush:
-		return m.Push.To
-	}
-	return ""
-}
-
 // Ready is what a node wants done and what happened since the last Ready.
 type Ready struct {
-	// Messages are to send, each to its To; replies carry the Ref of the
-	// request they answer.
+	// Messages are to send, each from this node to its To; replies carry
+	// the Ref of the request they answer.
 	Messages []Message
 	Results  []OpResult
 	Leases   []LeaseEvent
@@ -250,16 +220,14 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 			return nil, fmt.Errorf("%w: %s saved a configuration of another mesh (%#x, not %#x)",
 				ErrBadConfig, cfg.ID, d.Membership.Cluster(), cfg.Membership.Cluster())
 		}
-		if cfg.Membership.Newer(d.Membership) && !cfg.faults.acc.forgetConfig {
-			// Never back to an older configuration than the newest the
-			// node adopted (review finding 8).
-			cfg.Membership = d.Membership.clone()
-		}
+		// Never back to an older configuration than the newest the node
+		// adopted (design.md R53).
+		cfg.Membership, _ = acceptorRulesWith(cfg.rules.acc).restartConfig(cfg.Membership, d)
 	}
 	p, err := NewProposer(ProposerConfig{
 		ID: cfg.ID, Incarnation: cfg.Incarnation, Membership: cfg.Membership, Clock: cfg.Clock,
 		Rand: cfg.Rand, RoundTimeout: cfg.RoundTimeout, Backoff: cfg.Backoff, Drift: cfg.Drift,
-		CleanupTimeout: cfg.CleanupTimeout, MaxIdleKeys: cfg.MaxIdleKeys, rules: cfg.faults.prop,
+		CleanupTimeout: cfg.CleanupTimeout, MaxIdleKeys: cfg.MaxIdleKeys, rules: cfg.rules.prop,
 	})
 	if err != nil {
 		return nil, err
@@ -287,7 +255,7 @@ func (n *Node) maybeVote() error {
 		RetryInterval: n.cfg.RetryInterval, HandoffGrace: n.cfg.HandoffGrace, Drift: n.cfg.Drift,
 		MaxRegisters: n.cfg.MaxRegisters, RegisterIdle: n.cfg.RegisterIdle,
 		Fresh: joined && inc == n.inc, Disk: n.cfg.Disk, Durable: n.cfg.Durable, NewMesh: n.cfg.NewMesh,
-		faults: n.cfg.faults.acc,
+		breakRules: n.cfg.rules.acc,
 	})
 	if err != nil {
 		return fmt.Errorf("quorum: %s cannot vote: %w", n.id, err)
@@ -430,23 +398,31 @@ func (n *Node) LeaseTags() []any { return n.prop.LeaseTags() }
 func (n *Node) TaggedLeases() int { return n.prop.Tagged() }
 
 // Step takes a message from another node (see Message for who owns what).
+// The payload's sender and addressee are the envelope's from here on.
 func (n *Node) Step(msg *Message) {
 	switch msg.Kind {
 	case MsgRequest:
 		req := msg.Request
+		req.From, req.To = msg.From, msg.To
 		resp := n.answer(req)
-		resp.To = req.From
-		n.reply(Message{Kind: MsgResponse, Ref: msg.Ref, Response: resp})
+		resp.To = msg.From
+		n.reply(Message{Kind: MsgResponse, From: n.id, To: msg.From, Ref: msg.Ref, Response: resp})
 	case MsgResponse:
+		msg.Response.From, msg.Response.To = msg.From, msg.To
 		n.prop.Step(msg.Response)
 	case MsgNotify:
+		msg.Notify.From, msg.Notify.To = msg.From, msg.To
 		n.prop.HandleNotify(msg.Notify)
 	case MsgCatchUp:
-		n.reply(Message{Kind: MsgCatchUpReply, Ref: msg.Ref, CatchUpReply: n.answerCatchUp(msg.CatchUp)})
+		msg.CatchUp.From, msg.CatchUp.To = msg.From, msg.To
+		resp := n.answerCatchUp(msg.CatchUp)
+		n.reply(Message{Kind: MsgCatchUpReply, From: n.id, To: msg.From, Ref: msg.Ref, CatchUpReply: resp})
 	case MsgCatchUpReply:
+		msg.CatchUpReply.From, msg.CatchUpReply.To = msg.From, msg.To
 		n.takeCatchUpReply(msg.CatchUpReply)
 	case MsgPush:
-		n.prop.learn(msg.Push.From, msg.Push.Members)
+		msg.Push.From, msg.Push.To = msg.From, msg.To
+		n.prop.learn(msg.From, msg.Push.Members)
 	}
 	n.sync()
 }
@@ -606,7 +582,7 @@ func (n *Node) proposerReady(rd *Ready) {
 	for i := range prd.Requests {
 		req := &prd.Requests[i]
 		if req.To != n.id {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgRequest, Request: req})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgRequest, From: n.id, To: req.To, Request: req})
 			continue
 		}
 		resp := n.answer(req)
@@ -620,13 +596,13 @@ func (n *Node) proposerReady(rd *Ready) {
 	}
 	for i := range prd.Pushes {
 		if prd.Pushes[i].To != n.id { // this node's acceptor follows in sync
-			rd.Messages = append(rd.Messages, Message{Kind: MsgPush, Push: &prd.Pushes[i]})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgPush, From: n.id, To: prd.Pushes[i].To, Push: &prd.Pushes[i]})
 		}
 	}
 	for i := range prd.Lists {
 		req := &prd.Lists[i]
 		if req.To != n.id {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: req})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, From: n.id, To: req.To, CatchUp: req})
 			continue
 		}
 		n.prop.HandleListResponse(n.answerCatchUp(req))
@@ -641,11 +617,12 @@ func (n *Node) acceptorReady(rd *Ready) {
 		if nt := &ard.Notifies[i]; nt.To == n.id {
 			n.prop.HandleNotify(nt)
 		} else {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, Notify: nt})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, From: n.id, To: nt.To, Notify: nt})
 		}
 	}
 	for i := range ard.CatchUps {
-		rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, CatchUp: &ard.CatchUps[i]})
+		req := &ard.CatchUps[i]
+		rd.Messages = append(rd.Messages, Message{Kind: MsgCatchUp, From: n.id, To: req.To, CatchUp: req})
 	}
 }
 

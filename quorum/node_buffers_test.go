@@ -24,7 +24,7 @@ func TestAdvanceTakesBackMessageBuffers(t *testing.T) {
 	rd := n.Ready()
 	var req *Request
 	for _, msg := range rd.Messages {
-		if msg.Kind == MsgRequest && msg.Request.To == "b" {
+		if msg.Kind == MsgRequest && msg.To == "b" {
 			req = msg.Request
 		}
 	}
@@ -38,7 +38,7 @@ func TestAdvanceTakesBackMessageBuffers(t *testing.T) {
 	}
 
 	v, _ := newTestVoter(t, "v")
-	v.Step(&Message{Kind: MsgRequest, Ref: 1, Request: &Request{Config: v.Membership().ID, From: "p", To: "v",
+	v.Step(&Message{Kind: MsgRequest, From: "p", To: "v", Ref: 1, Request: &Request{Config: v.Membership().ID, From: "p", To: "v",
 		Ops: []Op{{ID: 1, Kind: OpPeek, Key: "k"}}}})
 	rd = v.Ready()
 	var resp *Response

@@ -29,7 +29,7 @@ func (n *Node) observersReady(rd *Ready) {
 		if nt := &ns[i]; nt.To == n.id {
 			n.prop.HandleNotify(nt)
 		} else {
-			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, Notify: nt})
+			rd.Messages = append(rd.Messages, Message{Kind: MsgNotify, From: n.id, To: nt.To, Notify: nt})
 		}
 	}
 }

@@ -27,7 +27,7 @@ func newTestVoter(t *testing.T, id NodeID) (*Node, *fakeClock) {
 // request steps one request at n and returns the answer it gives, and
 // the notifications it sends meanwhile.
 func request(n *Node, req *Request) (*Response, []Notify) {
-	n.Step(&Message{Kind: MsgRequest, Ref: 1, Request: req})
+	n.Step(&Message{Kind: MsgRequest, From: req.From, To: req.To, Ref: 1, Request: req})
 	var resp *Response
 	var notes []Notify
 	for _, msg := range n.Ready().Messages {

@@ -17,9 +17,9 @@ import (
 // case, a partner restarted again that names the life counted, is the
 // script testdata/scenarios/partner_restarted_again.txt.
 
-// countedLife is the incarnation a's acceptor counted id's life as
+// countedLifeOf is the incarnation a's acceptor counted id's life as
 // restarted with it (0: none, or a is down).
-func countedLife(a *simNode, id NodeID) uint64 {
+func countedLifeOf(a *simNode, id NodeID) uint64 {
 	if !a.up || a.node == nil || a.node.acc == nil {
 		return 0
 	}
@@ -194,7 +194,7 @@ func runQuietLivesOfFiveVoters(t *testing.T, bug string) {
 			switch {
 			case liveAC == 0 && liveAcceptor(A) && liveAcceptor(C):
 				liveAC = s.now
-				counted = map[NodeID]uint64{B.id: countedLife(A, B.id), C.id: countedLife(A, C.id)}
+				counted = map[NodeID]uint64{B.id: countedLifeOf(A, B.id), C.id: countedLifeOf(A, C.id)}
 				if liveAcceptor(B) {
 					return // the run does not reach its state
 				}
@@ -325,7 +325,7 @@ func runQuietLifeInAFullRestart(t *testing.T, bug string) {
 			case liveA == 0 && liveAcceptor(A):
 				liveA = s.now
 				fullRestart = A.node.acc.FloorOnly() && A.node.acc.amnesiac
-				counted = countedLife(A, B.id)
+				counted = countedLifeOf(A, B.id)
 				if liveAcceptor(B) {
 					return // B1 voted first: the run does not reach its state
 				}
@@ -429,7 +429,7 @@ func runQuietLivesAcrossChanges(t *testing.T, bug string) {
 			switch {
 			case stage == 0 && liveAcceptor(A):
 				stage, liveA = 1, s.now
-				counted = countedLife(A, B.id)
+				counted = countedLifeOf(A, B.id)
 				if liveAcceptor(B) {
 					return // B1 voted first: the run does not reach its state
 				}
@@ -573,7 +573,7 @@ func runQuietLivesBound(t *testing.T, restarts int, newDisk, votes bool) {
 		poll = func() {
 			if liveA == 0 && liveAcceptor(A) {
 				liveA = s.now
-				counted = countedLife(A, B.id)
+				counted = countedLifeOf(A, B.id)
 				if liveAcceptor(B) {
 					return // B1 voted first: the run does not reach its state
 				}

@@ -8,17 +8,6 @@ import "time"
 // checkers catch it. A variant that changes a rule another may change too
 // builds on what it finds there, so that faults joined by "+" compose.
 
-// breakProposer adds variant to the rules f breaks in every proposer.
-func breakProposer(f *nodeFaults, variant func(*proposerRules)) {
-	prev := f.prop
-	f.prop = func(r *proposerRules) {
-		if prev != nil {
-			prev(r)
-		}
-		variant(r)
-	}
-}
-
 // breakRules breaks, with variant, the rules of p, a proposer running.
 func breakRules(p *Proposer, variant func(*proposerRules)) { variant(&p.rules) }
 
@@ -162,15 +151,15 @@ func sweepNeedsEveryFree(r *proposerRules) {
 	}
 }
 
-// keepExpiredGrants never frees a grant whose lease ran out at every
+// neverFreeExpired never frees a grant whose lease ran out at every
 // voter (R75).
-func keepExpiredGrants(r *proposerRules) {
+func neverFreeExpired(r *proposerRules) {
 	r.freesExpired = func(*Proposer, Value) bool { return false }
 }
 
-// freeLiveGrants frees a grant whatever the voters' timers say, with a
+// freeWhateverTimers frees a grant whatever the voters' timers say, with a
 // prepare that is not IfFree (R76).
-func freeLiveGrants(r *proposerRules) {
+func freeWhateverTimers(r *proposerRules) {
 	r.sweepYields = func(*Result) bool { return false }
 	r.asksIfFree = func(x *op) bool { return x.kind == kindAcquire }
 }

@@ -43,9 +43,9 @@ func TestScenarioCopiesAfterMajorityLossAreNeverChosen(t *testing.T) {
 }
 
 // readsAcrossCopies stages the scenario, the restarted voters keeping their
-// copies at the ballots they were accepted at if keepCopies, and returns the
+// copies at the ballots they were accepted at if keep, and returns the
 // two reads' results.
-func readsAcrossCopies(t *testing.T, keepCopies bool) (r1, r2 OpResult) {
+func readsAcrossCopies(t *testing.T, keep bool) (r1, r2 OpResult) {
 	voters := []NodeID{"a", "b", "c", "d", "e"}
 	c := newTestCluster(t, voters, "p1", "p2", "p3")
 	c.useDisks()
@@ -72,8 +72,9 @@ func readsAcrossCopies(t *testing.T, keepCopies bool) (r1, r2 OpResult) {
 		// Both rules that keep copies from passing for votes: each alone
 		// keeps the reads apart here (copies held at ballots of their own;
 		// copies reported as such, Result.Copy).
-		c.node(id).acc.faults.keepCopies = keepCopies
-		c.node(id).acc.faults.copiesVote = keepCopies
+		if keep {
+			c.node(id).acc.breakWith(keepCopies, copiesVote)
+		}
 	}
 	c.advance(scQuarantine + scRoundTimeout)
 	mustBeLive(t, c, "c", "d", "e")

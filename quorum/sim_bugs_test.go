@@ -9,60 +9,61 @@ import (
 
 // Rules broken on purpose, to show the simulator's checkers catch each.
 
-// nodeFaults are the rules n's new life breaks, as simConfig.Bug says: one
+// nodeRules are the rules n's new life breaks, as simConfig.Bug says: one
 // fault, or several joined by "+".
-func (s *sim) nodeFaults(n *simNode) nodeFaults {
-	var f nodeFaults
+func (s *sim) nodeRules(n *simNode) nodeRules {
+	var f nodeRules
 	for _, bug := range strings.Split(s.cfg.Bug, "+") {
 		s.addFault(&f, n, bug)
 	}
 	return f
 }
 
-// addFault adds one fault to f.
-func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
+// addFault adds one fault to f: a broken variant of the acceptor's rules
+// (rules_broken_test.go), a proposer fault, or both.
+func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 	switch bug {
 	case "skip-quarantine":
-		f.acc.skipQuarantine = true
+		f.breakAcceptor(skipQuarantine)
 	case "trust-own-empty-disk":
 		// Caught by a scripted run (TestScenarioWipedDiskVotesOnlyOnOthersWord)
 		// and by random runs of the disk-wipe family
 		// (TestCheckerCatchesTrustedEmptyDiskAtRandom).
-		f.acc.trustOwnEmptyDisk = true
+		f.breakAcceptor(trustOwnEmptyDisk)
 	case "short-quarantine":
-		f.acc.ownQuarantineOnly, f.acc.untimedCatchUp = true, true
+		f.breakAcceptor(shortQuarantine)
 	case "deaf-to-long-leases":
 		// Caught by a scripted run (TestScenarioLoweredTTLAcrossAMajorityLoss)
 		// and by random runs with the aimed faults' loweredTTLLoss
 		// episodes (TestCheckerCatchesDeafToLongLeasesAtRandom: 15 of
 		// 2,000 runs, first seed 38).
-		f.acc.deafToLongLeases = true
+		f.breakAcceptor(deafToLongLeases)
 	case "ballot-reuse":
-		f.acc.equalPrepareOK = true
-		breakProposer(f, perKeyBallots)
+		f.breakAcceptor(answerEqualPrepares)
+		f.breakProposer(perKeyBallots)
 	case "count-messages":
-		breakProposer(f, countMessages)
+		f.breakProposer(countMessages)
 	case "clock-after-prepare":
-		breakProposer(f, clockAtGrant)
+		f.breakProposer(clockAtGrant)
 	case "alive-majority":
-		breakProposer(f, aliveMajority(func() []NodeID { return s.reachableVoters(n) }))
+		f.breakProposer(aliveMajority(func() []NodeID { return s.reachableVoters(n) }))
 	case "reuse-epoch":
-		breakProposer(f, noEpochFloor)
+		f.breakProposer(noEpochFloor)
 	case "skip-migration":
-		breakProposer(f, skipMigration)
+		f.breakProposer(skipMigration)
 	case "any-timer-locks":
-		breakProposer(f, anyTimerLocks)
+		f.breakProposer(anyTimerLocks)
 	case "fast-path-any-voter":
-		breakProposer(f, fastAnyVoter)
+		f.breakProposer(fastAnyVoter)
 	case "ignore-reserved":
-		f.acc.ignoreReserved = true
+		f.breakAcceptor(ignoreReserved)
 	case "forget-config":
-		f.acc.forgetConfig = true
+		f.breakAcceptor(forgetConfig)
 	case "ignore-ballot-mark":
 		// Caught by random runs with aimed restarts
 		// (TestCheckerCatchesForgottenBallotMarkAtRandom) and by a
 		// scripted one (TestCheckerCatchesForgottenBallotMark).
-		f.acc.ignoreBallotMark = true
+		f.breakAcceptor(ignoreBallotMark)
 	case "ignore-newer-config":
 		// Caught by random runs with the disk-loss family's lost-adopter
 		// episodes (TestCheckerCatchesIgnoredNewerConfigAtRandom: 69 of
@@ -72,19 +73,19 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// from disk shows only its effect
 		// (TestDurableRestartNeverVotesInAReplacedConfiguration). The
 		// family's storms reach its state but broke nothing in 500.
-		f.acc.ignoreNewerConfig = true
+		f.breakAcceptor(ignoreNewerConfig)
 	case "count-copied-config":
 		// Caught by a scripted run
 		// (TestRestartedVoterAdoptsOnlyAChosenConfiguration);
 		// no random run is known to (simConfig.DiskLoss: none in 500).
-		f.acc.countCopiedConfig = true
+		f.breakAcceptor(countCopiedConfig)
 	case "forget-own-vote":
 		// Caught by random runs with the disk-loss family's lost-adopter
 		// episodes (TestCheckerCatchesForgottenOwnVoteAtRandom: 23 of 400
 		// runs, first seed 6 with 5 voters) and by a scripted run
 		// (TestVoterWithoutItsDiskCountsItselfAsMaybeAccepting); the
 		// family's storms caught none in 500.
-		f.acc.forgetOwnVote = true
+		f.breakAcceptor(forgetOwnVote)
 	case "forget-amnesia-vote":
 		// Caught by a scripted run
 		// (testdata/scenarios/new_disk_vote_saved_forgotten.txt), and
@@ -92,67 +93,67 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// episodes (TestCheckerCatchesForgottenAmnesiaVoteAtRandom: 1 of
 		// 400 runs, seed 8 with 5 voters); the family's storms reach a
 		// voter live at once on its new disk, but broke nothing in 500.
-		f.acc.forgetAmnesiaVote = true
+		f.breakAcceptor(forgetAmnesiaVote)
 	case "full-restart-ignores-newer":
 		// Caught by a scripted run
 		// (TestFullRestartWaitsForANewerConfigurationThatMayBeChosen); no random
 		// run is known to (simConfig.DiskLoss: none in 500).
-		f.acc.fullRestartIgnoresNewer = true
+		f.breakAcceptor(fullRestartIgnoresNewer)
 	case "trust-forgotten":
 		// Caught by a scripted run
 		// (TestAnswersOfVotersThatForgotCountAsUnheard).
-		f.acc.trustForgotten = true
+		f.breakAcceptor(trustForgotten)
 	case "sticky-lost":
 		// Caught by a scripted run
 		// (TestRecoveredVoterNoLongerCountsAsLost).
-		f.acc.stickyLost = true
+		f.breakAcceptor(stickyLost)
 	case "copies-vote":
 		// Caught by a scripted run (TestCopiedConfigurationsAreNoVotes).
-		f.acc.copiesVote = true
+		f.breakAcceptor(copiesVote)
 	case "list-counts-copies":
 		// Shown by a scripted run (TestListingCountsNoCopyAsAVote): a
 		// listing settles as held a value accepted at one voter and
 		// copied by another, never chosen. Simulated runs list nothing.
-		f.acc.listCopiesVote = true
+		f.breakAcceptor(listCountsCopies)
 	case "new-voters-only":
 		// A stall, shown by a scripted run
 		// (TestFullRestartDuringAPendingChangeCountsThePreviousVoters).
-		f.acc.newVotersOnly = true
+		f.breakAcceptor(newVotersOnly)
 	case "keep-stale-catch-up":
 		// Caught by the aimed seed that found it
 		// (TestCheckerCatchesStaleCatchUp).
-		f.acc.keepStaleCatchUp = true
+		f.breakAcceptor(keepStaleCatchUp)
 	case "lost-with-later-lives":
 		// Caught by the seed that found it
 		// (TestCheckerCatchesLostWithToLaterLives).
-		f.acc.lostWithLaterLives = true
+		f.breakAcceptor(lostWithLaterLives)
 	case "ignore-quiet":
 		// A stall, shown by a scripted run
 		// (testdata/scenarios/partner_restarted_again_ignore_quiet.txt).
-		f.acc.ignoreQuiet = true
+		f.breakAcceptor(ignoreQuiet)
 	case "keep-quiet":
 		// Caught by scripted runs (TestQuietLivesEndWhenALifeVotes,
 		// TestQuietLivesEndWhenALifeVotesOfFiveVoters); no random run
 		// is known to (the disk-loss family never reaches the rule: 450 of
 		// its runs with ignore-quiet run as without it; the aimed family
 		// reaches it in 65 of 1,950).
-		f.acc.keepQuiet = true
+		f.breakAcceptor(keepQuiet)
 	case "list-from-one":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesListingFromOneVoter) and by a scripted one
 		// (testdata/scenarios/listing_from_one.txt).
-		breakProposer(f, listFromOne)
+		f.breakProposer(listFromOne)
 	case "floor-on-majority":
 		// Caught by random runs with aimed restarts
 		// (TestCheckerCatchesFullRestartOnAMajorityAtRandom) and by a
 		// scripted one (TestCheckerCatchesFullRestartOnAMajority).
-		f.acc.floorOnMajority = true
+		f.breakAcceptor(floorOnMajority)
 	case "skip-prev-catch-up":
 		// Caught by random runs with aimed voter changes
 		// (TestCheckerCatchesPendingCatchUpFromNewVotersOnly) and by
 		// scripted ones (testdata/scenarios/pending_catch_up_new_voters_only.txt,
 		// TestRestartedVoterListsKeysOnlyOnceCaughtUp).
-		f.acc.skipPrevCatchUp = true
+		f.breakAcceptor(skipPrevCatchUp)
 	case "keep-fast-on-adopt":
 		// No run is known in which it breaks an invariant (see
 		// TestProposerAdoptingAConfigurationDropsFastPaths): 1,400 random
@@ -161,78 +162,78 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// Voter and TestCheckerCatchesPendingCatchUpFromNewVotersOnly,
 		// seeds 1-200 with aimedChanges and partitions, and with the
 		// default faults and aimed ones).
-		breakProposer(f, keepFastOnAdopt)
+		f.breakProposer(keepFastOnAdopt)
 	case "read-empty-epoch":
 		// Caught by a scripted run (TestScenarioReadWritingBackAForgottenKey)
 		// and by the seed that found it.
-		breakProposer(f, readEmptyEpoch)
+		f.breakProposer(readEmptyEpoch)
 	case "config-without-floors":
 		// Caught by a seeded run (TestCheckerCatchesConfigWithoutFloors).
-		breakProposer(f, configWithoutFloors)
+		f.breakProposer(configWithoutFloors)
 	case "migrate-full-ttl":
-		breakProposer(f, migrateFullTTL)
+		f.breakProposer(migrateFullTTL)
 	case "forget-held":
-		f.acc.dropAny = true
-		breakProposer(f, forgetAny)
+		f.breakAcceptor(dropAny)
+		f.breakProposer(forgetAny)
 	case "forget-on-majority":
-		breakProposer(f, forgetOnMajority)
+		f.breakProposer(forgetOnMajority)
 	case "forget-evicted-on-majority":
-		breakProposer(f, forgetEvictedOnMajority)
+		f.breakProposer(forgetEvictedOnMajority)
 	case "no-sweep-write-back":
 		// Shown by a scripted run (TestSweepWritesBackAndForgetsDemotedCopies):
 		// demoted copies are kept for good.
-		breakProposer(f, noSweepWriteBack)
+		f.breakProposer(noSweepWriteBack)
 	case "sweep-needs-every-free":
 		// Shown by a scripted run (TestSweepForgetsAReleaseOneVoterMissed):
 		// a release one voter missed keeps the key at every voter for good.
-		breakProposer(f, sweepNeedsEveryFree)
+		f.breakProposer(sweepNeedsEveryFree)
 	case "own-bucket-sweeps":
 		// Shown by the same run: a key whose own voter holds nothing of
 		// it is kept for good by the voters that copied it, and those
 		// they copied from.
-		f.acc.ownBucketSweeps = true
+		f.breakAcceptor(ownBucketSweeps)
 	case "own-bucket-noncopies":
 		// Shown by a scripted run
 		// (TestSweepForgetsARegisterOneVotersForgetMissed): a
 		// register a voter kept when the forget to it was lost is kept
 		// for good.
-		f.acc.ownBucketNoncopies = true
+		f.breakAcceptor(ownBucketNoncopies)
 	case "keep-expired-grants":
 		// Shown by a scripted run
 		// (TestSweepFreesAGrantWhoseHolderCrashed): a grant whose
 		// holder crashed without releasing it is kept by every voter for
 		// good.
-		f.acc.keepExpiredGrants = true
-		breakProposer(f, keepExpiredGrants)
+		f.breakAcceptor(keepExpiredGrants)
+		f.breakProposer(neverFreeExpired)
 	case "free-live-grants":
 		// Caught by random runs (TestCheckerCatchesFreeingLiveGrants: seed
 		// 2 with 3 voters) and by a scripted one
 		// (TestSweepLeavesALeaseAnyVoterStillTimes): a voter cut off
 		// from a holder that renews through the others frees its lease,
 		// and another node is granted the key inside it (I1).
-		f.acc.freeLiveGrants = true
-		breakProposer(f, freeLiveGrants)
+		f.breakAcceptor(freeLiveGrants)
+		f.breakProposer(freeWhateverTimers)
 	case "forget-while-pending":
-		f.acc.forgetWhilePending = true
+		f.breakAcceptor(forgetWhilePending)
 	case "observe-highest":
-		breakProposer(f, observeHighest)
+		f.breakProposer(observeHighest)
 	case "observe-forgotten-held":
 		// Shown by a scripted run (TestObserveForgottenKeyAfterAMissedRelease):
 		// an observer that missed a release reports the key held for good
 		// once the voters forgot it.
-		breakProposer(f, observeForgottenHeld)
+		f.breakProposer(observeForgottenHeld)
 	case "observe-keeps-ballots":
 		// Seed 179 with 3 voters (TestObserverAfterMajorityLoss): every
 		// voter crashes without its state, the key is granted and freed
 		// again under lower ballots, and an observer that saw it held
 		// before shows it held for good (O3).
-		breakProposer(f, observeKeepsBallots)
+		f.breakProposer(observeKeepsBallots)
 	case "observe-any-ballot-expiry":
 		// Caught by a scripted run (TestObserveExpiryNeedsOneBallot) and by
 		// random observer runs (TestCheckerCatchesObserverExpiryAtAnyBallot):
 		// an observer reports a lease ended while its holder renews it
 		// through voters whose word has not reached the observer (O4).
-		breakProposer(f, observeAnyBallotExpiry)
+		f.breakProposer(observeAnyBallotExpiry)
 	case "read-expiry-at-write-back":
 		// Shown by a scripted run (TestReadExpiryNeedsALeaseBallot): a read
 		// reports a lease ended while its holder renews it (O4). Random
@@ -240,7 +241,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// round more than a Notice apart (the holder renews through one of
 		// them in between, before its lease's notice), and their round
 		// timeout (40 ms) is below the Notice (100 ms).
-		breakProposer(f, readExpiryAtWriteBack)
+		f.breakProposer(readExpiryAtWriteBack)
 	case "observe-inc-order":
 		// Shown by a scripted run (TestObserverAfterMajorityLossWithClocksSetBack)
 		// and step by step (TestObserverOrdersLivesByRounds): voters that
@@ -251,7 +252,7 @@ func (s *sim) addFault(f *nodeFaults, n *simNode, bug string) {
 		// (simConfig.WallIncarnations), whose marks keep the ballots after
 		// a majority's loss above those before; without disks, a clock set
 		// back that far would break the tokens' wall-clock floor first.
-		breakProposer(f, observeIncOrder)
+		f.breakProposer(observeIncOrder)
 	}
 }
 

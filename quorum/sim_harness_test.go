@@ -720,7 +720,7 @@ func (s *sim) start(n *simNode) {
 		MaxTTL:      n.ttl, Quarantine: s.quarantineOf(s.cfg.timingOf(n.ttl)), CatchUpBuckets: 4,
 		RetryInterval: 2 * s.cfg.RoundTimeout, HandoffGrace: 2 * s.cfg.RoundTimeout,
 		MaxRegisters: s.cfg.MaxRegisters, RegisterIdle: s.cfg.RegisterIdle,
-		faults: s.nodeFaults(n),
+		rules: s.nodeRules(n),
 	})
 	if err != nil {
 		panic(err)
@@ -926,9 +926,9 @@ func (s *sim) flush(n *simNode) {
 				s.check.requestSent(n, msg.Request)
 			}
 			if msg.Kind == MsgNotify && s.cfg.Trace {
-				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To(), msg.Notify.Keys, msg.Notify.Promised)
+				s.tracef("  %s notifies %s: %q free (promised %v)", n.id, msg.To, msg.Notify.Keys, msg.Notify.Promised)
 			}
-			s.sendMessage(n, s.node(msg.To()), msg)
+			s.sendMessage(n, s.node(msg.To), msg)
 		}
 		for _, ev := range rd.Leases {
 			if s.onLease != nil {
