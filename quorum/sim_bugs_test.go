@@ -158,8 +158,9 @@ func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 		// No run is known in which it breaks an invariant (see
 		// TestProposerAdoptingAConfigurationDropsFastPaths): 1,400 random
 		// runs with aimed voter changes broke nothing (3 and 5 voters;
-		// seeds 1-150 with the tweaks of TestCheckerCatchesListingFromOne-
-		// Voter and TestCheckerCatchesPendingCatchUpFromNewVotersOnly,
+		// seeds 1-150 with the tweaks of
+		// TestCheckerCatchesListingFromOneVoter and
+		// TestCheckerCatchesPendingCatchUpFromNewVotersOnly,
 		// seeds 1-200 with aimedChanges and partitions, and with the
 		// default faults and aimed ones).
 		f.breakProposer(keepFastOnAdopt)
