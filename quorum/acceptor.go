@@ -64,6 +64,10 @@ type Acceptor struct {
 	probing  bool
 	amnesiac bool // probed and heard that others voted: recovering as one that forgot
 	diskErr  error
+	// heardFresh: the lives of other voters, by incarnation, that this
+	// acceptor heard from before it ever promised or accepted anything
+	// (design.md R55).
+	heardFresh map[NodeID]uint64
 	// newMeshRefused is the voter that said it voted while this one
 	// probed with NewMesh set: the operator's word was wrong.
 	newMeshRefused NodeID

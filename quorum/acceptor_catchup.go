@@ -141,8 +141,9 @@ func (a *Acceptor) HandleCatchUp(req *CatchUpRequest) *CatchUpResponse {
 			}
 		}
 	}
+	a.heard(req.From, req.Inc)
 	if a.disk != nil && a.diskErr == nil {
-		resp.Fresh = !a.dur.Voted && !a.amnesiac
+		resp.Fresh = a.rules.answersFresh(a, req.From, req.Inc)
 		resp.NewerConfig = a.newerConfigAccepted()
 		resp.NewerBallot, resp.NewerMembers = a.newerConfigRegister()
 	}
@@ -192,6 +193,48 @@ func countedLife(asker, counted uint64) bool { return asker == counted }
 // (design.md R46).
 func quietSince(quiet []uint64, counted uint64) bool { return slices.Contains(quiet, counted) }
 
+// neverPromised reports whether this acceptor's disk shows that it never
+// promised or accepted anything: every promise saves a ballot mark first,
+// every accept Voted (design.md R52).
+func (a *Acceptor) neverPromised() bool {
+	return a.disk != nil && a.diskErr == nil && !a.amnesiac && !a.dur.Voted && a.dur.Ballots == 0
+}
+
+// heard notes a catch-up message from voter's life inc: while this acceptor
+// never promised anything, that life began before its first promise.
+func (a *Acceptor) heard(voter NodeID, inc uint64) {
+	if inc == 0 || !a.neverPromised() || !a.m.IsVoter(voter) && !slices.Contains(a.m.Prev, voter) {
+		return
+	}
+	if a.heardFresh == nil {
+		a.heardFresh = make(map[NodeID]uint64)
+	}
+	a.heardFresh[voter] = inc
+}
+
+// answersFresh reports whether this acceptor tells voter's life inc, a
+// voter on a new disk that asks, that it never voted: it promised and
+// accepted nothing before it first heard from that life (design.md R55).
+//
+// Votes alone are not enough. A ballot is accepted only once a majority
+// promised it (by its prepare, or as Next with an accept at a majority:
+// R23). A lease the asker's earlier life accepted, before it lost its
+// disk, rests on promises given before this life began, by a majority,
+// and so by one of the voters that answer it (they meet every majority);
+// that voter promised before it heard from this life, and does not answer
+// Fresh. A voter that promised then but whose accept is still on the way
+// has voted for nothing yet: answering Fresh by its votes let the asker
+// go live empty while its earlier life's accept and the late one made a
+// majority (I1).
+//
+// Counting promises from the voter's first word of this life, not from
+// its start, keeps a brand-new mesh whose voters start together quick:
+// each heard the others before any promised, and a voter whose answer
+// comes after the others began voting is still told Fresh.
+func (a *Acceptor) answersFresh(voter NodeID, inc uint64) bool {
+	return a.neverPromised() || inc != 0 && a.heardFresh[voter] == inc
+}
+
 // tellsRecovery says, in a recovering acceptor's answer, what it knows of
 // its earlier lives: restarted from its disk, which holds every
 // configuration it accepted, and its epoch mark (Durable); or without the
@@ -221,6 +264,7 @@ func bucketOf(key string, n uint32) uint32 {
 
 // HandleCatchUpResponse merges one bucket from another voter.
 func (a *Acceptor) HandleCatchUpResponse(resp *CatchUpResponse) {
+	a.heard(resp.From, resp.Inc)
 	if resp.Status == StatusWrongConfig && resp.Members != nil {
 		// The other voter is of a newer configuration: it has adopted
 		// one that was chosen, so this acceptor may too (and then asks

@@ -98,6 +98,9 @@ type acceptorRules struct {
 	// neverVoted: the others that say they never voted show that nothing
 	// was chosen (design.md R55).
 	neverVoted func(a *Acceptor, others int) bool
+	// answersFresh: a voter says it never voted to a life it heard from
+	// before it promised anything (design.md R55).
+	answersFresh func(a *Acceptor, voter NodeID, inc uint64) bool
 	// savesVoted: going live, a voter that forgot saves that it voted
 	// (design.md R56).
 	savesVoted func(a *Acceptor) bool
@@ -176,6 +179,7 @@ var defaultAcceptorRules = acceptorRules{
 	takeBallotMark: (*Acceptor).takeBallotMark,
 	restartConfig:  restartConfig,
 	neverVoted:     (*Acceptor).neverVoted,
+	answersFresh:   (*Acceptor).answersFresh,
 	savesVoted:     (*Acceptor).savesVoted,
 	endsQuiet:      (*Acceptor).endsQuiet,
 	tellsRecovery:  (*Acceptor).tellsRecovery,

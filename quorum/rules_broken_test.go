@@ -37,6 +37,7 @@ var acceptorVariants = []struct {
 	{"ignore-ballot-mark", ignoreBallotMark},
 	{"forget-config", forgetConfig},
 	{"trust-own-empty-disk", trustOwnEmptyDisk},
+	{"fresh-ignores-promises", freshIgnoresPromises},
 	{"forget-amnesia-vote", forgetAmnesiaVote},
 	{"trust-forgotten", trustForgotten},
 	{"ignore-newer-config", ignoreNewerConfig},
@@ -181,6 +182,14 @@ func forgetConfig(r *acceptorRules) {
 // voted (R55).
 func trustOwnEmptyDisk(r *acceptorRules) {
 	r.neverVoted = func(a *Acceptor, others int) bool { return others+1 >= a.m.Majority() }
+}
+
+// freshIgnoresPromises tells a voter on a new disk that it never voted
+// when it accepted nothing, promises or not (R55).
+func freshIgnoresPromises(r *acceptorRules) {
+	r.answersFresh = func(a *Acceptor, _ NodeID, _ uint64) bool {
+		return a.disk != nil && a.diskErr == nil && !a.amnesiac && !a.dur.Voted
+	}
 }
 
 // forgetAmnesiaVote, on a new disk, recovered as one that forgot, saves no
