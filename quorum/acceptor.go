@@ -65,9 +65,9 @@ type Acceptor struct {
 	amnesiac bool // probed and heard that others voted: recovering as one that forgot
 	diskErr  error
 	// heardFresh: the lives of other voters, by incarnation, that this
-	// acceptor heard from before it ever promised or accepted anything
-	// (design.md R55).
-	heardFresh map[NodeID]uint64
+	// acceptor heard from before it ever promised or accepted anything,
+	// and when it first did (design.md R55).
+	heardFresh map[NodeID]heardLife
 	// newMeshRefused is the voter that said it voted while this one
 	// probed with NewMesh set: the operator's word was wrong.
 	newMeshRefused NodeID
@@ -230,6 +230,9 @@ func (a *Acceptor) HandleRequest(req *Request) *Response {
 		switch op.Kind {
 		case OpPrepare:
 			resp.Results[i] = a.handlePrepare(req.From, op, now)
+			if resp.Results[i].OK {
+				resp.Lives = a.rules.livesTold(a, now)
+			}
 		case OpAccept:
 			resp.Results[i] = a.handleAccept(op, now)
 		case OpPeek:

@@ -207,9 +207,18 @@ func (a *Acceptor) heard(voter NodeID, inc uint64) {
 		return
 	}
 	if a.heardFresh == nil {
-		a.heardFresh = make(map[NodeID]uint64)
+		a.heardFresh = make(map[NodeID]heardLife)
 	}
-	a.heardFresh[voter] = inc
+	if h, ok := a.heardFresh[voter]; !ok || h.inc != inc {
+		a.heardFresh[voter] = heardLife{inc: inc, at: a.clock.Now()}
+	}
+}
+
+// heardLife is a life of another voter this acceptor heard from before it
+// first promised anything, and when it first did.
+type heardLife struct {
+	inc uint64
+	at  time.Duration
 }
 
 // answersFresh reports whether this acceptor tells voter's life inc, a
@@ -232,7 +241,32 @@ func (a *Acceptor) heard(voter NodeID, inc uint64) {
 // each heard the others before any promised, and a voter whose answer
 // comes after the others began voting is still told Fresh.
 func (a *Acceptor) answersFresh(voter NodeID, inc uint64) bool {
-	return a.neverPromised() || inc != 0 && a.heardFresh[voter] == inc
+	return a.neverPromised() || inc != 0 && a.heardFresh[voter].inc == inc
+}
+
+// livesTold are the lives this acceptor heard from before it first
+// promised anything (heardFresh), said with a promise given at now: any of
+// them may be a voter gone live on a new disk on its word, without the
+// promises of its earlier lives, and a prepare must not count those
+// (design.md R55).
+//
+// Only for a quarantine after it heard each: a promise of an earlier life
+// was given before the later life began, so before this acceptor heard
+// it, to a prepare whose round ends within a round timeout of it (a
+// retry prepares again, and an earlier life no longer answers). A round
+// timeout is below the TTL, which is below this voter's quarantine (R35,
+// R93). Past that, the list would only keep a later life's promises out.
+func (a *Acceptor) livesTold(now time.Duration) []Life {
+	var lives []Life
+	for id, h := range a.heardFresh {
+		if now-h.at < a.cfg.Quarantine {
+			lives = append(lives, Life{Node: id, Inc: h.inc})
+		}
+	}
+	if len(lives) > 1 {
+		slices.SortFunc(lives, func(x, y Life) int { return strings.Compare(string(x.Node), string(y.Node)) })
+	}
+	return lives
 }
 
 // tellsRecovery says, in a recovering acceptor's answer, what it knows of

@@ -101,6 +101,9 @@ type acceptorRules struct {
 	// answersFresh: a voter says it never voted to a life it heard from
 	// before it promised anything (design.md R55).
 	answersFresh func(a *Acceptor, voter NodeID, inc uint64) bool
+	// livesTold: with each promise, the lives it may have told so, whose
+	// earlier lives' promises count for nothing (design.md R55).
+	livesTold func(a *Acceptor, now time.Duration) []Life
 	// savesVoted: going live, a voter that forgot saves that it voted
 	// (design.md R56).
 	savesVoted func(a *Acceptor) bool
@@ -180,6 +183,7 @@ var defaultAcceptorRules = acceptorRules{
 	restartConfig:  restartConfig,
 	neverVoted:     (*Acceptor).neverVoted,
 	answersFresh:   (*Acceptor).answersFresh,
+	livesTold:      (*Acceptor).livesTold,
 	savesVoted:     (*Acceptor).savesVoted,
 	endsQuiet:      (*Acceptor).endsQuiet,
 	tellsRecovery:  (*Acceptor).tellsRecovery,

@@ -227,6 +227,18 @@ type tally struct {
 
 func newTally(m Membership) tally { return tally{m: m} }
 
+// refusedFor notes why a voter refused, if a rival's ballot, grant or
+// waiter made it.
+func (t *tally) refusedFor(why Reason) {
+	switch why {
+	case ReasonHandoff:
+		t.handedOff = true
+		t.refusedByRival = true
+	case ReasonPromised, ReasonHeld:
+		t.refusedByRival = true
+	}
+}
+
 // add records voter id's answer; it returns false when id is not a voter or
 // has already answered.
 func (t *tally) add(id NodeID, ok bool) bool {

@@ -163,6 +163,18 @@ type Response struct {
 	// request's (StatusWrongConfig, StatusNotVoter): a proposer behind
 	// adopts it, one ahead pushes its own (ConfigPush).
 	Members *Membership `codec:"m,omitempty"`
+	// Lives, with a promise, are the lives of voters this acceptor heard
+	// from before it first promised anything, and so may have told that
+	// it never voted: each may have gone live on a new disk without the
+	// promises of its earlier lives, which then count for nothing
+	// (design.md R55).
+	Lives []Life `codec:"lv,omitempty"`
+}
+
+// Life is one life of a node: its name and incarnation.
+type Life struct {
+	Node NodeID `codec:"n"`
+	Inc  uint64 `codec:"i"`
 }
 
 // NoAcceptorResponse answers a request on behalf of a node that has no

@@ -113,7 +113,7 @@ func (p *Proposer) newRound(x *op) {
 			x.replies = make([]reply, 0, len(x.votes.m.Voters))
 		}
 	}
-	x.replies = x.replies[:0]
+	x.replies, x.lives = x.replies[:0], x.lives[:0]
 	x.timerGen++
 	x.phaseAt = p.clock.Now()
 	wait := p.cfg.RoundTimeout
@@ -288,11 +288,55 @@ func (p *Proposer) Step(resp *Response) {
 		return
 	}
 	for i := range resp.Results {
-		p.handleResult(resp.From, resp.Inc, &resp.Results[i])
+		p.handleResult(resp.From, resp.Inc, resp.Lives, &resp.Results[i])
 	}
 }
 
-func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
+// heardLives takes, into x's prepare round, the lives a voter that
+// promised says it heard from before it first promised (Response.Lives):
+// a promise of another life of one of those voters counts for nothing in
+// this round, and one already counted is taken back (design.md R55).
+func (p *Proposer) heardLives(x *op, lives []Life) {
+	for _, l := range lives {
+		if !slices.Contains(x.lives, l) {
+			x.lives = append(x.lives, l)
+		}
+	}
+	if !slices.ContainsFunc(x.replies, func(r reply) bool { return r.res.OK && p.rules.promiseLost(x, r.from, r.inc) }) {
+		return
+	}
+	kept := x.replies[:0]
+	x.votes = newTally(x.votes.m)
+	for _, r := range x.replies {
+		if r.res.OK && p.rules.promiseLost(x, r.from, r.inc) {
+			continue
+		}
+		p.rules.countVote(&x.votes, r.from, r.res.OK)
+		x.votes.refusedFor(r.res.Reason)
+		kept = append(kept, r)
+	}
+	x.replies = kept
+}
+
+// promiseLost reports whether, in x's prepare round, a promise of voter
+// from's life inc counts for nothing: a voter that promised in the same
+// round heard from another life of from before it first promised, one
+// that may have gone live on a new disk on its word; an earlier life's
+// promises went with its disk. A prepare that counts an earlier life's
+// promise together with those of voters that told it "never voted" has
+// the promise of one of them too (they meet every majority), given after
+// it heard the new life, so the round learns of it before its majority is
+// complete. A later life's promise is left out with it, for the round.
+func promiseLost(x *op, from NodeID, inc uint64) bool {
+	for _, l := range x.lives {
+		if l.Node == from && l.Inc != inc {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Proposer) handleResult(from NodeID, inc uint64, lives []Life, res *Result) {
 	r, _ := p.rounds.get(res.ID)
 	x := r.x
 	if x == nil {
@@ -318,16 +362,18 @@ func (p *Proposer) handleResult(from NodeID, inc uint64, res *Result) {
 		x.ks.counter = res.Promised.Counter
 	}
 	x.ks.epochSeen = max(x.ks.epochSeen, res.MaxEpoch, res.Value.Epoch)
+	if x.phase == phasePrepare && !x.peek {
+		if len(lives) > 0 && res.OK {
+			p.heardLives(x, lives)
+		}
+		if res.OK && p.rules.promiseLost(x, from, inc) {
+			return // a life's promise, lost with its disk
+		}
+	}
 	if !p.rules.countVote(&x.votes, from, res.OK) {
 		return // not a voter, or a duplicate
 	}
-	switch res.Reason {
-	case ReasonHandoff:
-		x.votes.handedOff = true
-		x.votes.refusedByRival = true
-	case ReasonPromised, ReasonHeld:
-		x.votes.refusedByRival = true
-	}
+	x.votes.refusedFor(res.Reason)
 	x.replies = append(x.replies, reply{from, inc, *res})
 	switch {
 	case x.kind == kindForget:

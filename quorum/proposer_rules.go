@@ -16,6 +16,11 @@ type proposerRules struct {
 	// countVote counts a voter's answer in a round's tally, once however
 	// many of its messages arrive; false if it adds nothing (design.md R3).
 	countVote func(t *tally, from NodeID, ok bool) bool
+	// promiseLost says whether a promise of a voter's life inc counts for
+	// nothing: a voter that promised with it heard from a later life of
+	// that voter before it ever promised, and may have told it that it
+	// never voted (design.md R55).
+	promiseLost func(x *op, from NodeID, inc uint64) bool
 	// ballotCounter is the counter of a new ballot on ks: above every
 	// counter seen on ks and every one this incarnation used on any key
 	// (design.md R4).
@@ -108,6 +113,7 @@ type proposerRules struct {
 var defaultProposerRules = proposerRules{
 	quorum:           (*Proposer).voters,
 	countVote:        (*tally).add,
+	promiseLost:      promiseLost,
 	ballotCounter:    (*Proposer).nextCounter,
 	lockingGrant:     lockingGrant,
 	writtenBackEpoch: writtenBackEpoch,

@@ -313,6 +313,7 @@ type op struct {
 	timerGen  uint64
 	votes     tally
 	replies   []reply
+	lives     []Life // lives the round's promisers heard from first (heardLives)
 	proposed  Value
 	attempts  int
 	streak    int  // rounds since the acquire last parked (a duel's length)

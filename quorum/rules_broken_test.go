@@ -38,6 +38,7 @@ var acceptorVariants = []struct {
 	{"forget-config", forgetConfig},
 	{"trust-own-empty-disk", trustOwnEmptyDisk},
 	{"fresh-ignores-promises", freshIgnoresPromises},
+	{"tell-no-lives", tellNoLives},
 	{"forget-amnesia-vote", forgetAmnesiaVote},
 	{"trust-forgotten", trustForgotten},
 	{"ignore-newer-config", ignoreNewerConfig},
@@ -190,6 +191,12 @@ func freshIgnoresPromises(r *acceptorRules) {
 	r.answersFresh = func(a *Acceptor, _ NodeID, _ uint64) bool {
 		return a.disk != nil && a.diskErr == nil && !a.amnesiac && !a.dur.Voted
 	}
+}
+
+// tellNoLives says, with a promise, nothing of the lives it heard from
+// before its first (R55).
+func tellNoLives(r *acceptorRules) {
+	r.livesTold = func(*Acceptor, time.Duration) []Life { return nil }
 }
 
 // forgetAmnesiaVote, on a new disk, recovered as one that forgot, saves no

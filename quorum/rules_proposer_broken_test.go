@@ -223,3 +223,9 @@ func observeAnyBallotExpiry(r *proposerRules) {
 func observeIncOrder(r *proposerRules) {
 	r.laterLife = func(had obsReport, inc, round uint64) (later, known bool) { return inc > had.inc, true }
 }
+
+// countLostPromises counts the promises of a voter's life that others
+// heard was followed by one that may have gone live on a new disk (R55).
+func countLostPromises(r *proposerRules) {
+	r.promiseLost = func(*op, NodeID, uint64) bool { return false }
+}

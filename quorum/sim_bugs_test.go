@@ -30,6 +30,14 @@ func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 		// and by random runs of the disk-wipe family
 		// (TestCheckerCatchesTrustedEmptyDiskAtRandom).
 		f.breakAcceptor(trustOwnEmptyDisk)
+	case "count-lost-promises":
+		// Caught by a scripted run
+		// (testdata/scenarios/wiped_promise_in_flight_count_lost_promises.txt).
+		f.breakProposer(countLostPromises)
+	case "tell-no-lives":
+		// Caught by a scripted run
+		// (testdata/scenarios/wiped_promise_in_flight_tell_no_lives.txt).
+		f.breakAcceptor(tellNoLives)
 	case "fresh-ignores-promises":
 		// Caught by a scripted run
 		// (testdata/scenarios/promised_not_voted_fresh_ignores_promises.txt).

@@ -28,7 +28,7 @@ const (
 	opFields         = 8 // 9 with Observe
 	requestFields    = 4
 	resultFields     = 9 // the ninth is flags (resultCopy); version 1 decoders read an integer there and ignore it
-	responseFields   = 5 // 6 with the acceptor's configuration
+	responseFields   = 5 // 6 with the acceptor's configuration, 7 with Lives
 	notifyFields     = 5 // 6 with Changes
 	changeFields     = 4 // 5 with Copy
 )
@@ -209,12 +209,19 @@ func EncodeResponseFor(r *quorum.Response, v int) []byte {
 	return e.b
 }
 
+// response encodes r: the acceptor's configuration follows the results
+// when it is there, and then the lives of r.Lives (version 3; the
+// configuration then nil when absent).
 func (e *encoder) response(r *quorum.Response) {
 	e.b = append(e.b, KindResponse)
-	optional := r.Members != nil || e.later > 0 // the acceptor's configuration follows the results
-	if optional {
+	lives := len(r.Lives) > 0 && !e.noData || e.later > 0
+	optional := r.Members != nil || lives
+	switch {
+	case lives:
+		e.fields(responseFields + 2)
+	case optional:
 		e.fields(responseFields + 1)
-	} else {
+	default:
 		e.fields(responseFields)
 	}
 	e.uint(r.Config)
@@ -249,6 +256,14 @@ func (e *encoder) response(r *quorum.Response) {
 		e.membership(r.Members)
 	case optional:
 		e.b = append(e.b, 0xc0) // nil
+	}
+	if lives {
+		e.array(len(r.Lives))
+		for _, l := range r.Lives {
+			e.array(2)
+			e.str(string(l.Node))
+			e.uint(l.Inc)
+		}
 	}
 	e.end()
 }
@@ -438,7 +453,19 @@ func (l Limits) DecodeResponse(body []byte) (*quorum.Response, error) {
 	if fields > responseFields && !d.isNil() {
 		r.Members = d.membership()
 	}
-	d.rest(fields, responseFields+1)
+	if fields > responseFields+1 && !d.isNil() {
+		k := d.list(maxLives)
+		d.fits(k, minLifeBytes)
+		for i := 0; i < k && d.err == nil; i++ {
+			f := d.header()
+			if d.err == nil && f < 2 {
+				d.fail("a life of %d fields", f)
+			}
+			r.Lives = append(r.Lives, quorum.Life{Node: d.name(), Inc: d.uint()})
+			d.rest(f, 2)
+		}
+	}
+	d.rest(fields, responseFields+2)
 	if err := d.done("response"); err != nil {
 		return nil, err
 	}

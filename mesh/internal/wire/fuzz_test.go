@@ -118,6 +118,10 @@ func sampleResponses() []quorum.Response {
 		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusWrongConfig},
 		{Config: 1, From: "b", Inc: 1, Status: quorum.StatusRecovering, Results: []quorum.Result{{ID: 1, Reason: quorum.ReasonNoVote}}},
 		{Config: 2, From: "b", Inc: 1, Results: []quorum.Result{{ID: 2, OK: true, Accepted: sampleBallot(4, "a"), Value: sampleValueData(), Remaining: time.Second}}},
+		// A promise with the lives its voter heard from before it first
+		// promised (version 3).
+		{Config: 3, From: "b", Inc: 1, Results: []quorum.Result{{ID: 3, OK: true, Promised: sampleBallot(5, "a")}},
+			Lives: []quorum.Life{{Node: "a", Inc: 1 << 60}, {Node: "node-3", Inc: 7}}},
 		batch,
 	}
 }

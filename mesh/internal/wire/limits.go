@@ -130,8 +130,19 @@ func (l Limits) checkResponse(r *quorum.Response) error {
 	if len(r.Results) > l.MaxOps {
 		return fmt.Errorf("%w: %w: %d results (limit %d)", ErrMalformed, ErrTooManyOps, len(r.Results), l.MaxOps)
 	}
+	for _, v := range r.Lives {
+		if err := CheckName(v.Node); err != nil {
+			return err
+		}
+	}
 	return CheckName(r.From)
 }
+
+// A response's Lives are of the voters of two configurations at most.
+const (
+	maxLives     = 2 * MaxVoters
+	minLifeBytes = 3 // an array header, a name, an integer
+)
 
 func (l Limits) checkNotify(n *quorum.Notify) error {
 	if len(n.Keys) > l.MaxKeys {

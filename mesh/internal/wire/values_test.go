@@ -42,8 +42,9 @@ func TestValuesAreBytes(t *testing.T) {
 }
 
 // A node of an earlier version is sent exactly what it was sent before
-// version 3: no Data, no Observe, no Changes — not a longer struct it
-// would refuse (version 1) or skip, dropping the value (version 2).
+// version 3: no Data, no Observe, no Changes, no Lives — not a longer
+// struct it would refuse (version 1) or skip, dropping the value
+// (version 2).
 func TestEarlierVersionsSeeNoValues(t *testing.T) {
 	v := sampleValueData()
 	plain := v
@@ -61,7 +62,8 @@ func TestEarlierVersionsSeeNoValues(t *testing.T) {
 			t.Errorf("a request for version %d is not what that version knows", ver)
 		}
 	}
-	resp := &quorum.Response{Config: 1, From: "b", Inc: 1, Results: []quorum.Result{{ID: 1, OK: true, Value: v}}}
+	resp := &quorum.Response{Config: 1, From: "b", Inc: 1, Results: []quorum.Result{{ID: 1, OK: true, Value: v}},
+		Lives: []quorum.Life{{Node: "a", Inc: 3}}}
 	oldResp := &quorum.Response{Config: 1, From: "b", Inc: 1, Results: []quorum.Result{{ID: 1, OK: true, Value: plain}}}
 	if !bytes.Equal(EncodeResponseFor(resp, Version2), EncodeResponse(oldResp)) {
 		t.Error("a response for version 2 carries what that version does not know")

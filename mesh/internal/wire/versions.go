@@ -41,6 +41,10 @@ const (
 	// a node would skip (version 2) or refuse (version 1) the field, and
 	// one that skipped a value would write the grant back without it.
 	// See the mesh's settings.go for what a mesh of mixed versions does.
+	// Appended since, and skipped by decoders that do not know it:
+	// Response's seventh field, Lives (the voters heard from before a
+	// first promise, design.md R55; the sixth, the configuration, is
+	// then written as nil when absent).
 	Version3 = 3
 
 	MinVersion = Version1
