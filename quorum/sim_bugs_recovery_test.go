@@ -307,9 +307,10 @@ func restartAfterUnpushedChange(t *testing.T, where, bug string) (*sim, []string
 // whole; the floors' own effect is that every configuration after the
 // restart carries n2's mark. (Random runs reach it about once in 50,000.)
 // The seed was found while copies taken in a catch-up were reported as
-// votes; since they are not (Result.Copy) its path differs, so both runs
-// keep that rule broken (copies-vote): with it alone the run breaks
-// nothing.
+// votes, and while voters refused a write-back of a lease longer than their
+// MaxTTL; since neither holds (Result.Copy; design.md R37) its path
+// differs, so both runs keep those rules broken (copies-vote,
+// refuse-long-write-backs): with them alone the run breaks nothing.
 func TestCheckerCatchesConfigWithoutFloors(t *testing.T) {
-	replayCatchesOn(t, 816052, 3, "copies-vote", "config-without-floors", "I2", "I3")
+	replayCatchesOn(t, 816052, 3, "copies-vote+refuse-long-write-backs", "config-without-floors", "I2", "I3")
 }
