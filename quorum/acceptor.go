@@ -366,9 +366,11 @@ func (a *Acceptor) handlePeek(op *Op, now time.Duration) Result {
 func (a *Acceptor) handleAccept(op *Op, now time.Duration) Result {
 	a.stats.Accepts++
 	v := op.Value
-	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.TTL > a.cfg.MaxTTL || v.Holder == "")) ||
+	if v.Held && v.TTL > a.cfg.MaxTTL {
+		a.rules.hearLease(a, op) // taken or not (design.md R37)
+	}
+	if op.Key == "" || op.Ballot.IsZero() || (v.Held && (v.TTL <= 0 || v.Holder == "" || a.rules.tooLong(a, op))) ||
 		(v.Config != nil && (op.Key != ConfigKey || v.Config.Validate() != nil || v.Config.Cluster() != a.m.Cluster())) {
-		a.rules.hearLease(a, op)
 		a.stats.Refused++
 		return Result{ID: op.ID, Reason: ReasonInvalid}
 	}

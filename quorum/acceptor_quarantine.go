@@ -101,13 +101,28 @@ func (a *Acceptor) waitOut(h time.Duration) { a.liveFrom = max(a.liveFrom, a.sta
 // grant.
 const maxHeardTTL = 24 * time.Hour
 
-// hearLease takes what an accept this acceptor refuses says of a lease
-// longer than its own MaxTTL: some proposer holds, or is taking, a lease of
-// that TTL, which other voters, or this node's earlier life, may have
-// accepted under a longer MaxTTL. The acceptor keeps it as a horizon
-// (learnHorizon): restarted voters that ask are told of it, and a
-// quarantined acceptor itself votes only once a lease of that length
-// accepted before its start has ended.
+// tooLong reports whether op, an accept of a grant, is of a lease longer
+// than this acceptor's MaxTTL that it would time: a write that begins a
+// lease period (a grant or a renewal) or a move; or longer than any node
+// may grant. Such an accept is refused: a restart's quarantine covers no
+// longer lease (design.md R35). A write-back of such a grant (a read's,
+// its Lease kept) starts no timer and is taken (design.md R37): voters
+// that a roll which lowered MaxTTL restarted hold an earlier grant of the
+// old TTL only as copies, and refusing its write-back left every read of
+// the key without a majority, and an observer of it showing the lease
+// live, until the key was taken or swept.
+func (a *Acceptor) tooLong(op *Op) bool {
+	v := op.Value
+	return v.TTL > a.cfg.MaxTTL && (op.Migrate || v.Lease == op.Ballot || v.TTL > maxHeardTTL)
+}
+
+// hearLease takes what an accept says of a lease longer than this
+// acceptor's own MaxTTL, refused or (a write-back: tooLong) taken: some
+// proposer holds, or is taking, a lease of that TTL, which other voters,
+// or this node's earlier life, may have accepted under a longer MaxTTL.
+// The acceptor keeps it as a horizon (learnHorizon): restarted voters
+// that ask are told of it, and a quarantined acceptor itself votes only
+// once a lease of that length accepted before its start has ended.
 //
 // Without it a rolling restart that lowers MaxTTL, on voters without data
 // directories, let a lease outlive what protected it: two voters of three

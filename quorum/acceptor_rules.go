@@ -29,9 +29,12 @@ type acceptorRules struct {
 	// waitOut: the acceptor votes no sooner than its start plus a horizon
 	// heard (design.md R36).
 	waitOut func(a *Acceptor, h time.Duration)
-	// hearLease: a refused accept of a lease longer than MaxTTL is a
-	// horizon (design.md R37).
+	// hearLease: an accept of a lease longer than MaxTTL is a horizon
+	// (design.md R37).
 	hearLease func(a *Acceptor, op *Op)
+	// tooLong: an accept of a lease longer than MaxTTL is refused where it
+	// would start a timer; a write-back is taken (design.md R35, R37).
+	tooLong func(a *Acceptor, op *Op) bool
 	// hearPeerTTL: the longest lease a running node says it holds is a
 	// horizon (design.md R37).
 	hearPeerTTL func(a *Acceptor, h time.Duration)
@@ -159,6 +162,7 @@ var defaultAcceptorRules = acceptorRules{
 	horizonPeers:   (*Acceptor).horizonPeers,
 	waitOut:        (*Acceptor).waitOut,
 	hearLease:      (*Acceptor).hearLease,
+	tooLong:        (*Acceptor).tooLong,
 	hearPeerTTL:    (*Acceptor).hearPeerTTL,
 	timeMerged:     (*Acceptor).timeMerged,
 

@@ -1524,6 +1524,44 @@ func TestAcceptorKeepsTheLengthOfLeasesItRefuses(t *testing.T) {
 	})
 }
 
+// A write-back of a grant longer than MaxTTL (a read's, at its own ballot,
+// the grant's Lease kept) starts no timer, and is taken, its length heard
+// as a horizon all the same (design.md R37): a roll that lowered MaxTTL
+// leaves voters holding an ended grant of the old TTL, and refused, no
+// read of the key finished. The grant itself, a renewal or a move of it is
+// still refused; with the rule broken (refuse-long-write-backs), so is the
+// write-back.
+func TestAcceptorTakesAWriteBackOfALongerLease(t *testing.T) {
+	long := 3 * accMaxTTL
+	grant := grantTo("p", 30, bal(1, "p"))
+	grant.TTL = long
+	writeBack := Op{Kind: OpAccept, Key: "k", Ballot: bal(2, "q"), Inc: accInc, Value: grant}
+	f := newLiveAcceptor(t)
+	if r := f.do("q", writeBack).Results[0]; !r.OK {
+		t.Fatalf("write-back of a %v grant above MaxTTL %v: %+v, want taken", long, accMaxTTL, r)
+	}
+	if left := f.a.keyState("k", f.clock.Now()).Remaining; left != 0 {
+		t.Errorf("the write-back started a timer: %v left", left)
+	}
+	if h := f.a.Horizon(); h != long {
+		t.Errorf("horizon %v after a write-back of a %v grant, want %v", h, long, long)
+	}
+	moved := writeBack
+	moved.Ballot, moved.Migrate = bal(3, "q"), true
+	renewal := Op{Kind: OpAccept, Key: "k", Ballot: bal(4, "p"), Inc: accInc, Value: grant}
+	renewal.Value.Lease = renewal.Ballot
+	for name, op := range map[string]Op{"a move": moved, "a renewal": renewal} {
+		if r := f.do("p", op).Results[0]; r.OK || r.Reason != ReasonInvalid {
+			t.Errorf("%s of a %v grant: %+v, want refused as invalid", name, long, r)
+		}
+	}
+	b := newLiveAcceptor(t)
+	b.a.breakWith(refuseLongWriteBacks)
+	if r := b.do("q", writeBack).Results[0]; r.OK || r.Reason != ReasonInvalid {
+		t.Errorf("with refuse-long-write-backs, the write-back: %+v, want refused as invalid", r)
+	}
+}
+
 // A running node's word that it holds a lease longer than this acceptor's
 // MaxTTL (SetPeerTTL) is a horizon: reported to restarting voters, waited
 // out after a restart, and still reported a while after the word is taken

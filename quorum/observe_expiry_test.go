@@ -1,6 +1,7 @@
 package quorum
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -286,4 +287,128 @@ func TestReadExpiryNeedsALeaseBallot(t *testing.T) {
 			t.Logf("the second read found the lease live at %v", reads[1].Accepted)
 		})
 	}
+}
+
+// An expiry ends one lease period, the one its value's Lease began, and an
+// observer reports it only for the latest period it knows of (design.md
+// R81). The holder takes its own grant again (design.md R32) at a new
+// ballot, with the same content: a new period, which the observer takes in
+// without reporting it. A read the observer began before then concludes
+// that the earlier period ended (its write-back of the first try starts no
+// timer); reported at the re-take's ballot, that said the holder's new
+// lease had ended while it ran. Random observer runs reach it: the seeds
+// below, with 3 voters, pass, and fail O4 with the fault
+// observe-expiry-any-period (the rule before). The runs keep a new disk
+// told "never voted" by a voter that accepted nothing, promises or not
+// (fresh-ignores-promises), as when the seeds were found: with design.md
+// R55 as it is, the founding voters' start takes another path.
+func TestObserverExpiryOfAnEarlierLeasePeriodIsStale(t *testing.T) {
+	const base = "fresh-ignores-promises"
+	for _, seed := range []int64{41532, 50478} {
+		for _, bug := range []string{base, base + "+observe-expiry-any-period"} {
+			cfg := observeConfig(seed, 3)
+			cfg.Bug = bug
+			s := newSim(cfg)
+			s.run()
+			switch {
+			case bug == base && len(s.fail) > 0:
+				t.Errorf("seed %d: %s", seed, failureReport(s))
+			case bug != base && (len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "O4")):
+				t.Errorf("seed %d with %s: %v, want O4: the seed no longer reaches a stale expiry", seed, bug, s.fail)
+			case bug != base:
+				t.Logf("seed %d with %s: %s", seed, bug, firstLine(s.fail[0]))
+			}
+		}
+	}
+}
+
+// A read writes back a grant longer than the voters' MaxTTL, and an
+// observer sees its lease ended (design.md R37). n3 takes k0 for the TTL
+// of 1s and crashes; n0 restarts at the new TTL of 250ms while the lease
+// runs, and copies the grant from the others; at the heal n1 and n2 (and
+// the proposers) restart at it too, and copy it from n0. Every voter then
+// holds the ended grant as a copy, so no majority reports its timer run
+// out at its Lease (design.md R83), and each observer that restarted reads
+// the key for a first state: the read writes the grant back, and reports
+// it not live. With the fault refuse-long-write-backs (the rule before)
+// the voters refuse the write-back, no read finishes, and the checker
+// reports O3.
+func TestObserverSeesAnEndedLeaseLongerThanMaxTTL(t *testing.T) {
+	const holder = 3
+	for _, bug := range []string{"", "refuse-long-write-backs"} {
+		t.Run("fault="+bug, func(t *testing.T) {
+			cfg := faultFree(1, 3, 2, 1, 1)
+			cfg.Observe, cfg.Quiet = 300*time.Millisecond, 2*time.Second
+			cfg.Retime, cfg.RetimeTTL = true, cfg.TTL/4
+			cfg.HealAt = 3 * time.Second // the roll begins at 1s
+			cfg.Duration = 8 * time.Second
+			cfg.Bug = bug
+			var staged []string
+			cfg.Script = func(s *sim) {
+				c := s.nodes[holder].clients[0]
+				s.at(300*time.Millisecond, func() {
+					c.holdTime = 10 * time.Second
+					c.acquire("k0", true, time.Second)
+					s.flush(c.n)
+				})
+				s.at(600*time.Millisecond, func() {
+					if c.state != cHolding {
+						staged = append(staged, "n3 did not hold k0")
+					}
+					s.crash(s.nodes[holder])
+				})
+				s.at(s.retimeAt(), func() {
+					s.crash(s.nodes[0])
+					s.start(s.nodes[0])
+				})
+			}
+			s := newSim(cfg)
+			s.run()
+			if bug != "" {
+				if len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "O3") {
+					t.Fatalf("with %s: %v, want O3", bug, s.fail)
+				}
+				t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+				return
+			}
+			if len(s.fail) > 0 {
+				t.Fatal(failureReport(s))
+			}
+			for _, n := range s.nodes[1:] { // lives started at the heal
+				staged = append(staged, endedOnce(s, n, "k0")...)
+			}
+			if len(staged) > 0 {
+				t.Fatalf("the scenario is not the one wanted: %v", staged)
+			}
+		})
+	}
+}
+
+// endedOnce checks what n's last life observed of key in
+// TestObserverSeesAnEndedLeaseLongerThanMaxTTL: the grant not live, at a
+// ballot that is not its Lease (a read wrote it back), and never live
+// again after (design.md R81: a lease period reported ended never runs
+// again).
+func endedOnce(s *sim, n *simNode, key string) []string {
+	log := s.check.obs[obsLife{n.idx, n.inc, key}]
+	if log == nil {
+		return []string{fmt.Sprintf("%s observed nothing", n.id)}
+	}
+	ended := false
+	var bad []string
+	for i, st := range log.states {
+		switch {
+		case st.Value.Held && !st.Live:
+			ended = true
+			if st.Ballot == st.Value.Lease {
+				bad = append(bad, fmt.Sprintf("%s saw the lease end at its Lease ballot, from timers", n.id))
+			}
+		case st.Value.Held && ended:
+			bad = append(bad, fmt.Sprintf("%s reported the ended grant live again at %v (ballot %v)", n.id, log.at[i], st.Ballot))
+		}
+	}
+	if !ended {
+		bad = append(bad, fmt.Sprintf("%s never saw the lease end", n.id))
+	}
+	return bad
 }

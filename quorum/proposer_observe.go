@@ -58,6 +58,23 @@ import (
 // and a round timeout after a held lease should have run out (design.md
 // R86).
 //
+// An expiry ends one lease period: the one its value's Lease began
+// (design.md R81). A renewal, or a re-take of the holder's own grant
+// (design.md R32), begins another under the same content, which the
+// observer takes in without reporting it (nothing shown changes), keeping
+// the latest value and ballot it knows. An expiry of an earlier period
+// than that one is stale, and is not reported: a read begun before the
+// re-take may conclude "not live" for the period it saw (the holder's
+// first try, which it wrote back without a timer) after the observer has
+// seen the re-take settled; reported at the re-take's ballot, as the
+// reports of one period are, it would say the holder's new lease ended
+// the moment it began. Only a read begun after the observer learned of
+// the latest period, linearizable, shows an earlier one ended truly
+// later: the voters lost their state since, and their registers went back
+// to it. Nor does a period reported ended run again: the grant written
+// back at a later ballot, where no voter times it, is not live again;
+// only a later period is.
+//
 // A key the voters forgot (acceptor_registers.go; design.md R82) answers as
 // an empty register, at ballot 0: below every state at a real ballot,
 // though it is newer than all of them. A voter drops a register only once
@@ -95,8 +112,9 @@ type observation struct {
 	syncFor  uint64          // report the state once a round this late settles it (0: no one waits)
 
 	emitted bool
-	last    KeyChange // the state last reported
+	last    KeyChange // the state last reported, at the latest value and ballot settled for it since (see offer)
 	emits   uint64    // states reported
+	seen    uint64    // changes to last, reported or not
 
 	read           *op           // a resolving read in flight
 	lost           bool          // a voter lost its state since the last read began: read
@@ -104,6 +122,7 @@ type observation struct {
 	readRound      uint64        // the round when it began
 	readAt         time.Duration // when the last one began
 	readEmits      uint64        // emits when it began
+	readSeen       uint64        // seen when it began
 	unsettledSince time.Duration // zero while the reports settle the state
 	refreshAt      time.Duration // the next registration
 	checkAt        time.Duration // a round timeout after the held lease should have run out (zero: none)
@@ -353,10 +372,12 @@ func (p *Proposer) evaluate(o *observation) {
 		return
 	}
 	o.unsettledSince = 0
-	if o.read == nil && p.expiryInDoubt(o, st) {
+	if o.read == nil && (p.expiryInDoubt(o, st) || p.staleExpiry(o, st)) {
+		// A stale expiry from the reports (after a configuration
+		// change or a loss) is not reported; a read says what is true.
 		p.observeRead(o)
 	}
-	p.offer(o, st, o.synced, false)
+	p.offer(o, st, o.synced, false, false)
 	p.armObserve(o)
 }
 
@@ -500,31 +521,66 @@ func (p *Proposer) allShow(o *observation, v Value) bool {
 	return true
 }
 
+// staleExpiry reports whether st shows the lease of the grant last
+// reported ended for a lease period before the latest one this observer
+// knows of (design.md R81; see the top of the file).
+func (p *Proposer) staleExpiry(o *observation, st KeyChange) bool {
+	return o.emitted && st.Value.Held && !st.Live && sameContent(st.Value, o.last.Value) &&
+		!p.rules.endsLatestPeriod(o.last.Value, st.Value)
+}
+
+// endsLatestPeriod reports whether an expiry of v, the content of known,
+// the latest value this observer knows of, ends known's lease period:
+// v's Lease is no earlier (design.md R81).
+func endsLatestPeriod(known, v Value) bool { return !v.Lease.Less(known.Lease) }
+
 // offer reports st unless it is older than, or the same as, the state
 // reported last (a subscriber waiting for a round st is of gets it anyway).
 // newer: st is known to be later than the state reported last, whatever
-// its ballot.
-func (p *Proposer) offer(o *observation, st KeyChange, round uint64, newer bool) {
+// its ballot; current: st is at least as new as anything this observer
+// learned of the key (a read begun since).
+//
+// A state of the same content and liveness is not reported again, but a
+// later ballot's value is kept as the last state's: a renewal or a re-take
+// begins a new lease period, and an expiry of an earlier one is stale
+// (design.md R81).
+func (p *Proposer) offer(o *observation, st KeyChange, round uint64, newer, current bool) {
 	sync := o.syncFor != 0 && round >= o.syncFor
 	if o.emitted {
 		same := sameContent(st.Value, o.last.Value)
 		switch {
+		case !current && p.staleExpiry(o, st):
+			if !sync {
+				return
+			}
+			st = o.last // the latest state known, for the subscriber waiting
 		case same && st.Live == o.last.Live:
 			if o.last.Ballot.Less(st.Ballot) {
-				o.last.Ballot = st.Ballot
+				o.last.Value, o.last.Ballot = st.Value, st.Ballot
+				o.seen++
 			}
 			if !sync {
 				return
 			}
-			st.Ballot = o.last.Ballot
+			st.Value, st.Ballot = o.last.Value, o.last.Ballot
+		case same && st.Live && !o.last.Live && !o.last.Value.Lease.Less(st.Value.Lease):
+			// Live again in the period reported ended: the grant written
+			// back at a later ballot, where no voter times it. A period
+			// that ended never runs again; only a later one is live
+			// (design.md R81).
+			if !sync {
+				return
+			}
+			st = o.last
 		case same && !st.Live:
 			// The lease ran out at a majority.
 			if st.Ballot.Less(o.last.Ballot) {
 				st.Ballot = o.last.Ballot
 			}
 		default:
-			// Another value, or the same lease live again (a renewal that
-			// landed after the timers ran out): only by a later ballot.
+			// Another value, or the same grant live again in a later
+			// lease period (a renewal that landed after the timers ran
+			// out): only by a later ballot.
 			if !p.rules.supersedes(o.last.Ballot, st.Ballot, newer) {
 				return
 			}
@@ -533,6 +589,7 @@ func (p *Proposer) offer(o *observation, st KeyChange, round uint64, newer bool)
 	st.Key, st.Round = o.key, round
 	o.last, o.emitted = st, true
 	o.emits++
+	o.seen++
 	if sync {
 		o.syncFor = 0
 	}
@@ -556,7 +613,7 @@ func (p *Proposer) observeRead(o *observation) {
 	// was forgotten since: the read reports it at a ballot it prepared,
 	// which orders it after that state (see the top of the file).
 	x.readOrder = o.emitted && o.last.Value.Held && p.rules.forgotten(o.last.Ballot, Ballot{})
-	o.read, o.readRound, o.readEmits, o.readAt = x, o.round, o.emits, p.clock.Now()
+	o.read, o.readRound, o.readEmits, o.readSeen, o.readAt = x, o.round, o.emits, o.seen, p.clock.Now()
 	o.lost = false
 }
 
@@ -598,7 +655,7 @@ func (p *Proposer) observeReadDone(o *observation, res OpResult) {
 			clear(o.reports)
 			o.synced = 0
 		}
-		p.offer(o, st, o.readRound, newer)
+		p.offer(o, st, o.readRound, newer, o.readSeen == o.seen)
 		if newer {
 			p.observeRound(o)
 		}

@@ -91,6 +91,10 @@ type proposerRules struct {
 	// newer than one at was; later: it comes from a later life of a voter,
 	// or a read begun after was was reported (design.md R81).
 	supersedes func(was, now Ballot, later bool) bool
+	// endsLatestPeriod says whether an observed expiry of v, the content
+	// of known (the latest value the observer knows of), ends known's
+	// lease period, not an earlier one: a stale state (design.md R81).
+	endsLatestPeriod func(known, v Value) bool
 	// forgotten says whether an observed register at ballot now, where one
 	// at was was seen before, is the key forgotten since (design.md R82).
 	forgotten func(was, now Ballot) bool
@@ -134,6 +138,7 @@ var defaultProposerRules = proposerRules{
 	asksIfFree:       asksIfFree,
 	settled:          (*Proposer).settledByMajority,
 	supersedes:       supersedes,
+	endsLatestPeriod: endsLatestPeriod,
 	forgotten:        forgottenSince,
 	leaseEnded:       (*Proposer).leaseEnded,
 	readSettlesLive:  readSettlesLive,

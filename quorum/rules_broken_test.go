@@ -23,6 +23,7 @@ var acceptorVariants = []struct {
 	{"skip-quarantine", skipQuarantine},
 	{"short-quarantine", shortQuarantine},
 	{"deaf-to-long-leases", deafToLongLeases},
+	{"refuse-long-write-backs", refuseLongWriteBacks},
 	{"ballot-reuse", answerEqualPrepares},
 	{"skip-prev-catch-up", skipPrevCatchUp},
 	{"keep-stale-catch-up", keepStaleCatchUp},
@@ -77,6 +78,12 @@ func shortQuarantine(r *acceptorRules) {
 func deafToLongLeases(r *acceptorRules) {
 	r.hearLease = func(*Acceptor, *Op) {}
 	r.hearPeerTTL = func(*Acceptor, time.Duration) {}
+}
+
+// refuseLongWriteBacks refuses every accept of a lease longer than MaxTTL,
+// a write-back that starts no timer included (R37).
+func refuseLongWriteBacks(r *acceptorRules) {
+	r.tooLong = func(a *Acceptor, op *Op) bool { return op.Value.TTL > a.cfg.MaxTTL }
 }
 
 // answerEqualPrepares answers any prepare equal to the promise, as a

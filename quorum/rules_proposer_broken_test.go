@@ -198,6 +198,13 @@ func observeKeepsBallots(r *proposerRules) {
 	r.supersedes = func(was, now Ballot, later bool) bool { return was.Less(now) }
 }
 
+// observeExpiryAnyPeriod takes an observed expiry of the grant last
+// reported for its end whatever lease period it ends, an earlier one than
+// the observer knows of included (R81).
+func observeExpiryAnyPeriod(r *proposerRules) {
+	r.endsLatestPeriod = func(known, v Value) bool { return true }
+}
+
 // observeForgottenHeld takes an observed key's empty register for older
 // than any state at a real ballot (R82).
 func observeForgottenHeld(r *proposerRules) {

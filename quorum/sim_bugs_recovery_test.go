@@ -307,11 +307,13 @@ func restartAfterUnpushedChange(t *testing.T, where, bug string) (*sim, []string
 // whole; the floors' own effect is that every configuration after the
 // restart carries n2's mark. (Random runs reach it about once in 50,000.)
 // The seed was found while copies taken in a catch-up were reported as
-// votes; since they are not (Result.Copy) its path differs, so both runs
-// keep that rule broken (copies-vote): with it alone the run breaks
-// nothing. They also keep a new disk told "never voted" by a voter that
-// accepted nothing, promises or not (fresh-ignores-promises): the founding
-// voters' start takes another path with design.md R55 as it is.
+// votes, and while voters refused a write-back of a lease longer than their
+// MaxTTL; since neither holds (Result.Copy; design.md R37) its path
+// differs, so both runs keep those rules broken (copies-vote,
+// refuse-long-write-backs): with them alone the run breaks nothing. They
+// also keep a new disk told "never voted" by a voter that accepted
+// nothing, promises or not (fresh-ignores-promises): the founding voters'
+// start takes another path with design.md R55 as it is.
 func TestCheckerCatchesConfigWithoutFloors(t *testing.T) {
-	replayCatchesOn(t, 816052, 3, "copies-vote+fresh-ignores-promises", "config-without-floors", "I2", "I3")
+	replayCatchesOn(t, 816052, 3, "copies-vote+refuse-long-write-backs+fresh-ignores-promises", "config-without-floors", "I2", "I3")
 }

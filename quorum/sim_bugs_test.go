@@ -47,9 +47,16 @@ func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 	case "deaf-to-long-leases":
 		// Caught by a scripted run (TestScenarioLoweredTTLAcrossAMajorityLoss)
 		// and by random runs with the aimed faults' loweredTTLLoss
-		// episodes (TestCheckerCatchesDeafToLongLeasesAtRandom: 15 of
-		// 2,000 runs, first seed 38).
+		// episodes (TestCheckerCatchesDeafToLongLeasesAtRandom: 4 of
+		// 1,000 runs, first seed 163).
 		f.breakAcceptor(deafToLongLeases)
+	case "refuse-long-write-backs":
+		// Caught by a scripted run (TestObserverSeesAnEndedLeaseLongerThanMaxTTL)
+		// and, once in about 20,900, by random observer runs: a roll
+		// that lowered the TTL left the voters holding an ended grant of
+		// the old one as copies, no read of the key finished, and
+		// observers showed it live for good (O3).
+		f.breakAcceptor(refuseLongWriteBacks)
 	case "ballot-reuse":
 		f.breakAcceptor(answerEqualPrepares)
 		f.breakProposer(perKeyBallots)
@@ -241,6 +248,14 @@ func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 		// again under lower ballots, and an observer that saw it held
 		// before shows it held for good (O3).
 		f.breakProposer(observeKeepsBallots)
+	case "observe-expiry-any-period":
+		// Caught by random observer runs, twice in about 20,900
+		// (TestObserverExpiryOfAnEarlierLeasePeriodIsStale replays both):
+		// a read begun before the holder took up its own grant again
+		// reports the earlier lease period ended after the observer saw
+		// the re-take, at the re-take's ballot, while the holder holds it
+		// (O4).
+		f.breakProposer(observeExpiryAnyPeriod)
 	case "observe-any-ballot-expiry":
 		// Caught by a scripted run (TestObserveExpiryNeedsOneBallot) and by
 		// random observer runs (TestCheckerCatchesObserverExpiryAtAnyBallot):
@@ -503,7 +518,7 @@ func TestCheckerCatchesShortQuarantine(t *testing.T) {
 // (loweredTTLLoss); they come back at the new TTL and grant the key while
 // the lease runs.
 func TestCheckerCatchesDeafToLongLeasesAtRandom(t *testing.T) {
-	findViolation(t, "deaf-to-long-leases", "I1", 100, func(c *simConfig) {
+	findViolation(t, "deaf-to-long-leases", "I1", 200, func(c *simConfig) {
 		c.Retime, c.RetimeTTL, c.Reconfig = true, c.TTL/4, false
 		c.Aimed, c.LoweredTTLLoss, c.DisklessVoter = true, true, false
 		c.Disks, c.WallBack = false, false
