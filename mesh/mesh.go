@@ -45,8 +45,8 @@ type Mesh struct {
 	meta   nodeMeta // what this node tells the others
 	// publishMu makes publishMeta's calls take turns: memberlist's
 	// UpdateNode is not safe to call concurrently (each reads the local
-	// node's state outside the lock another's aliveNode writes it under;
-	// the race detector caught it in TestRestartWithOldConfiguration).
+	// node's state outside the lock another's aliveNode writes it under,
+	// a data race).
 	// Leave sets left under it, and no UpdateNode runs from then on:
 	// memberlist's Leave reads the node's incarnation, then broadcasts
 	// that it left under it, and an UpdateNode in between raises the

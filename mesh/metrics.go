@@ -57,7 +57,7 @@ type metricInfo struct {
 
 // metricFamilies is every family of figures the mesh reports, in the order
 // docs/metrics.md lists them. A name the code uses that none lists is still
-// counted (as lockmesh_unlisted*), and TestMetricListComplete fails.
+// counted (as lockmesh_unlisted*), and a test of the list fails.
 var metricFamilies = []metricFamily{
 	{name: "acquire", kind: histogramKind, label: "outcome",
 		help: "Time an Acquire or TryAcquire took, from its start to its end, by how it ended.",

@@ -190,7 +190,7 @@ func (m *Mesh) GossipKeys() [][]byte {
 // gossipLog passes memberlist's log lines on, and counts (and says in our
 // own words) the ones that report gossip dropped for its key or its label:
 // memberlist reports those only in its log. The phrases are memberlist
-// v0.7's; TestClosedDoors ("wrong gossip key") notices if they change.
+// v0.7's; a test of a wrong gossip key notices if they change.
 type gossipLog struct {
 	m   *Mesh
 	out io.Writer

@@ -240,8 +240,8 @@ func (h *History) checkedOps(key string) []porcupine.Operation {
 // acquires, with their attempted epochs) that no operation can have
 // observed. Ghosts are what makes a check slow: each may be placed anywhere
 // in its interval, which may run to the end of the run, and a run that ends
-// in a duel of acquires under faults leaves dozens of them overlapping (a
-// soak's seed 200271 with 7 voters: 36 on one key, undecided after 20 s).
+// in a duel of acquires under faults leaves dozens of them overlapping (36
+// on one key in a run of 7 voters, undecided after 20 s).
 //
 // Leaving an operation out can never hide a violation: a ghost may always
 // have done nothing, so a history linearizable without it is linearizable
