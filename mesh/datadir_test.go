@@ -73,11 +73,16 @@ func TestDataDirNewMeshRefusedOnceTheMeshVoted(t *testing.T) {
 	c := newCluster(t, clusterOpts{voters: 3, dataDirs: true, tweak: longTiming})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := c.nodes[0].Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Release(ctx)
+	// node1 votes: a round needs only a majority, so lock through it until
+	// its directory shows a vote.
+	waitFor(t, 20*time.Second, "node1's directory to show a vote", func() bool {
+		l, err := c.nodes[1].Acquire(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Release(ctx)
+		return dirVoted(t, c.nodes[1].cfg.DataDir)
+	})
 	c.waitVoting()
 
 	cfg := c.nodes[1].cfg
@@ -388,4 +393,22 @@ func TestDataDirFormatOfQuietLives(t *testing.T) {
 			t.Errorf("quiet lives %v read back as %v, %v", quiet, got, err)
 		}
 	}
+}
+
+// dirVoted reports whether the state saved in dir shows that its voter
+// voted.
+func dirVoted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, stateFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := decodeState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.State.Voted
 }
