@@ -240,7 +240,13 @@ type heardLife struct {
 // its start, keeps a brand-new mesh whose voters start together quick:
 // each heard the others before any promised, and a voter whose answer
 // comes after the others began voting is still told Fresh.
+//
+// Never from a voter that recovers as one that forgot (amnesiac): its
+// earlier lives may have promised what it no longer knows.
 func (a *Acceptor) answersFresh(voter NodeID, inc uint64) bool {
+	if a.disk == nil || a.diskErr != nil || a.amnesiac {
+		return false
+	}
 	return a.neverPromised() || inc != 0 && a.heardFresh[voter].inc == inc
 }
 
