@@ -40,7 +40,9 @@ func (s *sim) addFault(f *nodeRules, n *simNode, bug string) {
 		f.breakAcceptor(tellNoLives)
 	case "fresh-ignores-promises":
 		// Caught by a scripted run
-		// (testdata/scenarios/promised_not_voted_fresh_ignores_promises.txt).
+		// (testdata/scenarios/promised_not_voted_fresh_ignores_promises.txt)
+		// and, thinly, by the wipe family's early wipes
+		// (TestCheckerCatchesFreshAnswerOfAPromisedVoterAtRandom).
 		f.breakAcceptor(freshIgnoresPromises)
 	case "short-quarantine":
 		f.breakAcceptor(shortQuarantine)

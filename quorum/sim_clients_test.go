@@ -110,7 +110,7 @@ func (c *simClient) act() {
 	if s.cfg.Quiet > 0 && s.now >= s.cfg.Duration-s.cfg.Quiet {
 		return // the mesh comes to rest before the end (sim_observe_test.go)
 	}
-	if s.deaf[c.n] {
+	if s.deaf[c.n] || s.wipe.holds(s, c) {
 		// Its own requests reach its acceptor without the network: a
 		// voter that must not vote asks for nothing while it is deaf.
 		c.later(c.think(), c.act)
