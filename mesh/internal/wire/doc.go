@@ -33,10 +33,13 @@
 //   - its zero, or its absence, means what an older sender meant;
 //   - it is never sent to a node of version 1, whose decoders refuse a
 //     longer array than they know: bump MaxVersion for such a change and
-//     leave the field out towards a peer whose version is lower.
+//     leave the field out towards a peer whose version is lower, or send
+//     it only to peers of a version whose decoders skip it (Response's
+//     Lives goes to version 3 only, and needs no version of its own: an
+//     earlier build of version 3 skips it, meaning what it always did).
 //
-// TestRoundTripEveryField sets every field of every message by reflection
-// and fails when one does not survive a round trip; the fuzz targets
+// A round-trip test sets every field of every message by reflection and
+// fails when one does not survive a round trip; the fuzz targets
 // (FuzzDecode*, seed corpora in testdata/fuzz/) drive each decoder:
 //
 //	go test -run '^$' -fuzz '^FuzzDecodeRequest$' -fuzztime 2m ./mesh/internal/wire/

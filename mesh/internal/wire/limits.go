@@ -71,7 +71,7 @@ const (
 // or empty): a slice for n of them is allocated before they are read, so
 // n must fit in what is left of the message, or a small message could
 // make the decoder allocate hundreds of times its size.
-// TestSmallestEncodings keeps these in step with the encoders.
+// A test keeps these in step with the encoders.
 const (
 	MinOpBytes     = 24
 	MinResultBytes = 25
