@@ -10,18 +10,7 @@ import (
 // requests and the results of its responses included: a driver that kept
 // them past Advance, instead of encoding or copying them, finds them gone.
 func TestAdvanceTakesBackMessageBuffers(t *testing.T) {
-	ids := []NodeID{"a", "b", "c"}
-	clock := &fakeClock{now: time.Hour, wall: testWallBase}
-	n, err := NewNode(NodeConfig{ID: "a", Incarnation: 1, Membership: NewMembership(ClusterID(ids), ids...),
-		Clock: clock, Rand: rand.New(rand.NewSource(1)), RoundTimeout: scRoundTimeout, Drift: scDrift,
-		MaxTTL: scTTL, Quarantine: scQuarantine})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Acquire("k", scOpts(false)); err != nil {
-		t.Fatal(err)
-	}
-	rd := n.Ready()
+	n, rd := acquiringNode(t)
 	var req *Request
 	for _, msg := range rd.Messages {
 		if msg.Kind == MsgRequest && msg.To == "b" {
@@ -55,4 +44,22 @@ func TestAdvanceTakesBackMessageBuffers(t *testing.T) {
 	if resp.Results != nil || results[0] != (Result{}) {
 		t.Fatalf("after Advance the response still has %d results, the kept slice %+v", len(resp.Results), results[0])
 	}
+}
+
+// acquiringNode is node a of a new mesh of a, b and c, fresh (it votes at
+// once), that began an acquire of k, and the Ready that sends it.
+func acquiringNode(t *testing.T) (*Node, Ready) {
+	t.Helper()
+	ids := []NodeID{"a", "b", "c"}
+	clock := &fakeClock{now: time.Hour, wall: testWallBase}
+	n, err := NewNode(NodeConfig{ID: "a", Incarnation: 1, Membership: NewMembership(ClusterID(ids), ids...),
+		Clock: clock, Rand: rand.New(rand.NewSource(1)), RoundTimeout: scRoundTimeout, Drift: scDrift,
+		MaxTTL: scTTL, Quarantine: scQuarantine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Acquire("k", scOpts(false)); err != nil {
+		t.Fatal(err)
+	}
+	return n, n.Ready()
 }

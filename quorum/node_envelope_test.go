@@ -1,7 +1,6 @@
 package quorum
 
 import (
-	"math/rand"
 	"testing"
 	"time"
 )
@@ -10,18 +9,7 @@ import (
 // makes carries them there, and Step takes the envelope's sender, whatever
 // the payload says, for both halves to read.
 func TestMessageEnvelopeNamesSenderAndAddressee(t *testing.T) {
-	ids := []NodeID{"a", "b", "c"}
-	clock := &fakeClock{now: time.Hour, wall: testWallBase}
-	n, err := NewNode(NodeConfig{ID: "a", Incarnation: 1, Membership: NewMembership(ClusterID(ids), ids...),
-		Clock: clock, Rand: rand.New(rand.NewSource(1)), RoundTimeout: scRoundTimeout, Drift: scDrift,
-		MaxTTL: scTTL, Quarantine: scQuarantine})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.Acquire("k", scOpts(false)); err != nil {
-		t.Fatal(err)
-	}
-	rd := n.Ready()
+	n, rd := acquiringNode(t)
 	sent := 0
 	for _, msg := range rd.Messages {
 		if msg.Kind != MsgRequest && msg.Kind != MsgCatchUp {

@@ -75,10 +75,7 @@ func TestObserveExpiryNeedsOneBallot(t *testing.T) {
 			s := newSim(cfg)
 			s.run()
 			if bug != "" {
-				if len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "O4") {
-					t.Fatalf("with %s: %v, want O4", bug, s.fail)
-				}
-				t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+				brokeRule(t, s, bug, "O4", "")
 				return
 			}
 			if len(s.fail) > 0 {
@@ -268,10 +265,7 @@ func TestReadExpiryNeedsALeaseBallot(t *testing.T) {
 			}
 			s.run()
 			if bug != "" {
-				if len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "O4: c4's read") {
-					t.Fatalf("with %s: %v, want O4 by the read", bug, s.fail)
-				}
-				t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+				brokeRule(t, s, bug, "O4: c4's read", "")
 				return
 			}
 			if len(s.fail) > 0 {
@@ -365,10 +359,7 @@ func TestObserverSeesAnEndedLeaseLongerThanMaxTTL(t *testing.T) {
 			s := newSim(cfg)
 			s.run()
 			if bug != "" {
-				if len(s.fail) == 0 || !strings.HasPrefix(violation(s.fail[0]), "O3") {
-					t.Fatalf("with %s: %v, want O3", bug, s.fail)
-				}
-				t.Logf("with %s: %s", bug, firstLine(s.fail[0]))
+				brokeRule(t, s, bug, "O3", "")
 				return
 			}
 			if len(s.fail) > 0 {
